@@ -1,0 +1,1 @@
+#include "pjrt/pjrt.h"

@@ -1,0 +1,189 @@
+// RAII over the PJRT C API. Knows nothing of torch: plugin, client, device,
+// buffer, event, executable. Every PJRT error becomes a pjrt::Error.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+struct PJRT_Api;
+struct PJRT_Client;
+struct PJRT_Device;
+struct PJRT_Buffer;
+struct PJRT_Event;
+struct PJRT_LoadedExecutable;
+struct PJRT_Error;
+
+namespace torch_tpu::pjrt {
+
+// An error reported by the plugin (or by this layer about the plugin).
+class Error : public std::runtime_error {
+ public:
+  Error(const std::string& message, int code = 0)
+      : std::runtime_error(message), code_(code) {}
+  int code() const { return code_; }
+
+ private:
+  int code_;
+};
+
+// Element types, numbered as PJRT_Buffer_Type (kept in one place: pjrt.cpp
+// static_asserts the correspondence).
+enum class BufferType : int {
+  Invalid = 0, Pred = 1, S8 = 2, S16 = 3, S32 = 4, S64 = 5, U8 = 6, U16 = 7,
+  U32 = 8, U64 = 9, F16 = 10, F32 = 11, F64 = 12, BF16 = 13, C64 = 14, C128 = 15,
+};
+
+class Api;
+class Client;
+
+// A completion event. Await() throws the plugin's error if the work failed.
+class Event {
+ public:
+  Event(const Api* api, PJRT_Event* event) : api_(api), event_(event) {}
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void Await();
+  bool IsReady() const;
+
+ private:
+  const Api* api_;
+  PJRT_Event* event_;
+};
+
+// One device-resident array. Destroyed (and its memory freed) with the object.
+class Buffer {
+ public:
+  Buffer(const Api* api, PJRT_Buffer* buffer) : api_(api), buffer_(buffer) {}
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  PJRT_Buffer* raw() const { return buffer_; }
+  std::vector<int64_t> dims() const;
+  BufferType type() const;
+  size_t OnDeviceSizeInBytes() const;
+  bool IsDeleted() const;
+  // Blocks until the buffer's value is computed; throws the execution's error.
+  void AwaitReady() const;
+  // Copies the whole buffer into dst (dst_size bytes, dense row-major).
+  void ToHost(void* dst, size_t dst_size) const;
+  std::shared_ptr<Buffer> CopyToDevice(PJRT_Device* device) const;
+
+ private:
+  const Api* api_;
+  PJRT_Buffer* buffer_;
+};
+using BufferPtr = std::shared_ptr<Buffer>;
+
+// A compiled, loaded program.
+class Executable {
+ public:
+  Executable(const Api* api, PJRT_LoadedExecutable* exe, size_t num_outputs)
+      : api_(api), exe_(exe), num_outputs_(num_outputs) {}
+  ~Executable();
+  Executable(const Executable&) = delete;
+  Executable& operator=(const Executable&) = delete;
+
+  size_t num_outputs() const { return num_outputs_; }
+  // Runs on one device. Arguments listed in `donated` are consumed (their
+  // buffers become deleted); all others are left untouched.
+  std::vector<BufferPtr> Execute(const std::vector<PJRT_Buffer*>& args,
+                                 const std::vector<int64_t>& non_donatable) const;
+  // Bytes that DeserializeAndLoad accepts, for the same plugin version.
+  std::string Serialize() const;
+
+ private:
+  const Api* api_;
+  PJRT_LoadedExecutable* exe_;
+  size_t num_outputs_;
+};
+using ExecutablePtr = std::shared_ptr<Executable>;
+
+// Description of one addressable device.
+struct DeviceInfo {
+  PJRT_Device* device = nullptr;
+  int id = 0;
+  std::string kind;
+  std::string debug_string;
+};
+
+struct MemoryStats {
+  int64_t bytes_in_use = 0;
+  int64_t peak_bytes_in_use = -1;  // -1: the plugin does not report it
+  int64_t bytes_limit = -1;
+};
+
+// A client of one plugin: devices, transfers, compilation.
+class Client {
+ public:
+  // options: name -> int64 (e.g. cpu_device_count).
+  Client(std::shared_ptr<const Api> api,
+         const std::vector<std::pair<std::string, int64_t>>& int_options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const Api& api() const { return *api_; }
+  const std::string& platform_name() const { return platform_name_; }
+  const std::string& platform_version() const { return platform_version_; }
+  const std::vector<DeviceInfo>& devices() const { return devices_; }
+
+  // Copies host memory (dense row-major) into a new buffer on `device`.
+  // The host memory may be reused as soon as this returns.
+  BufferPtr FromHost(const void* data, BufferType type,
+                     const std::vector<int64_t>& dims, int device) const;
+  // Compiles StableHLO (MLIR text) for one device.
+  ExecutablePtr Compile(const std::string& mlir, int device) const;
+  ExecutablePtr Deserialize(const std::string& bytes) const;
+  MemoryStats DeviceMemoryStats(int device) const;
+
+ private:
+  std::shared_ptr<const Api> api_;
+  PJRT_Client* client_ = nullptr;
+  std::string platform_name_;
+  std::string platform_version_;
+  std::vector<DeviceInfo> devices_;
+};
+
+// A loaded plugin (dlopen + GetPjrtApi + PJRT_Plugin_Initialize).
+class Api {
+ public:
+  // Throws Error with the path and dlerror() when the plugin cannot be used.
+  static std::shared_ptr<const Api> Load(const std::string& path);
+  ~Api();
+
+  const PJRT_Api* raw() const { return api_; }
+  const std::string& path() const { return path_; }
+  int major_version() const { return major_; }
+  int minor_version() const { return minor_; }
+  // Plugin attributes such as xla_version (stringified).
+  std::vector<std::pair<std::string, std::string>> Attributes() const;
+
+  // Turns a PJRT_Error into an exception (and frees it). No-op for null.
+  void Check(PJRT_Error* error, const char* what) const;
+  // Whether the plugin's function table has this slot (older plugins have
+  // shorter tables). `offset` is offsetof(PJRT_Api, fn).
+  bool Has(size_t offset) const;
+
+ private:
+  Api() = default;
+  void* handle_ = nullptr;
+  const PJRT_Api* api_ = nullptr;
+  std::string path_;
+  int major_ = 0, minor_ = 0;
+};
+
+// Serialized xla.CompileOptionsProto for one replica, one partition, placed
+// on the device with global id `device_id`. Exposed for tests.
+std::string SingleDeviceCompileOptions(int device_id);
+
+// Extra zeroed bytes appended to every argument struct we pass, reported in
+// struct_size, so that plugins speaking a newer API minor version (whose
+// structs grew) read zeros (their defaults) for fields we do not know.
+constexpr size_t kStructPadding = 256;
+
+}  // namespace torch_tpu::pjrt
