@@ -1,0 +1,589 @@
+#include "hlo/builder.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+namespace torch_tpu::hlo {
+
+// ------------------------------------------------------------------ types
+
+const char* Name(ElementType t) {
+  switch (t) {
+    case ElementType::Bool: return "i1";
+    case ElementType::I8: return "i8";
+    case ElementType::I16: return "i16";
+    case ElementType::I32: return "i32";
+    case ElementType::I64: return "i64";
+    case ElementType::U8: return "ui8";
+    case ElementType::U16: return "ui16";
+    case ElementType::U32: return "ui32";
+    case ElementType::U64: return "ui64";
+    case ElementType::F16: return "f16";
+    case ElementType::BF16: return "bf16";
+    case ElementType::F32: return "f32";
+    case ElementType::F64: return "f64";
+  }
+  return "?";
+}
+
+int ByteSize(ElementType t) {
+  switch (t) {
+    case ElementType::Bool: case ElementType::I8: case ElementType::U8: return 1;
+    case ElementType::I16: case ElementType::U16: case ElementType::F16:
+    case ElementType::BF16: return 2;
+    case ElementType::I32: case ElementType::U32: case ElementType::F32: return 4;
+    case ElementType::I64: case ElementType::U64: case ElementType::F64: return 8;
+  }
+  return 0;
+}
+
+bool IsFloat(ElementType t) {
+  return t == ElementType::F16 || t == ElementType::BF16 ||
+         t == ElementType::F32 || t == ElementType::F64;
+}
+bool IsSigned(ElementType t) {
+  return t == ElementType::I8 || t == ElementType::I16 || t == ElementType::I32 ||
+         t == ElementType::I64;
+}
+bool IsUnsigned(ElementType t) {
+  return t == ElementType::U8 || t == ElementType::U16 || t == ElementType::U32 ||
+         t == ElementType::U64;
+}
+bool IsInteger(ElementType t) { return IsSigned(t) || IsUnsigned(t); }
+
+int64_t TensorType::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string TensorType::str() const {
+  std::string s = "tensor<";
+  for (int64_t d : shape) s += std::to_string(d) + "x";
+  return s + Name(dtype) + ">";
+}
+
+std::string Ints(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s;
+}
+
+std::string ArrayAttr(const std::vector<int64_t>& v) {
+  return v.empty() ? "array<i64>" : "array<i64: " + Ints(v) + ">";
+}
+
+static std::string List(const std::vector<int64_t>& v) { return "[" + Ints(v) + "]"; }
+
+// ------------------------------------------------------------------ floats
+
+namespace {
+
+uint32_t FloatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+uint16_t ToBFloat16Bits(float f) {
+  uint32_t u = FloatBits(f);
+  if (std::isnan(f)) return 0x7fc0;
+  uint32_t rounding = 0x7fff + ((u >> 16) & 1);  // round to nearest even
+  return static_cast<uint16_t>((u + rounding) >> 16);
+}
+
+uint16_t ToHalfBits(float f) {
+  uint32_t x = FloatBits(f);
+  uint32_t sign = (x >> 16) & 0x8000;
+  uint32_t mant = x & 0x7fffff;
+  int32_t exp = static_cast<int32_t>((x >> 23) & 0xff);
+  if (exp == 0xff) return static_cast<uint16_t>(sign | 0x7c00 | (mant ? 0x200 : 0));
+  int32_t e = exp - 127 + 15;
+  if (e >= 0x1f) return static_cast<uint16_t>(sign | 0x7c00);  // overflow: inf
+  if (e <= 0) {                                                 // subnormal
+    if (e < -10) return static_cast<uint16_t>(sign);
+    mant |= 0x800000;
+    uint32_t shift = static_cast<uint32_t>(14 - e);
+    uint32_t half = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1);
+    uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = sign | (static_cast<uint32_t>(e) << 10) | (mant >> 13);
+  uint32_t rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) ++half;  // may carry to inf
+  return static_cast<uint16_t>(half);
+}
+
+std::string Hex(uint64_t bits, int bytes) {
+  std::ostringstream s;
+  s << "0x" << std::hex << std::uppercase;
+  s.width(bytes * 2);
+  s.fill('0');
+  s << bits;
+  return s.str();
+}
+
+// The dense<...> literal of one scalar of type t.
+std::string ScalarLiteral(ElementType t, double v) {
+  switch (t) {
+    case ElementType::Bool: return v != 0 ? "true" : "false";
+    case ElementType::F64: {
+      uint64_t u;
+      std::memcpy(&u, &v, 8);
+      return Hex(u, 8);
+    }
+    case ElementType::F32: return Hex(FloatBits(static_cast<float>(v)), 4);
+    case ElementType::BF16: return Hex(ToBFloat16Bits(static_cast<float>(v)), 2);
+    case ElementType::F16: return Hex(ToHalfBits(static_cast<float>(v)), 2);
+    default: {
+      std::ostringstream s;
+      s << static_cast<int64_t>(v);
+      return s.str();
+    }
+  }
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ builder
+
+Builder::Builder(std::string module_name) : module_name_(std::move(module_name)) {}
+
+std::string Builder::Ref(const Value& v) const {
+  if (!v.valid()) throw std::logic_error("hlo::Builder: use of an invalid value");
+  auto it = aliases_.find(v.id);
+  return it == aliases_.end() ? NewName(v.id) : it->second;
+}
+
+void Builder::Emit(const std::string& line) {
+  lines_.push_back(std::string(indent_ + 2, ' ') + line);
+}
+
+Value Builder::Parameter(const TensorType& type, const std::string& attrs) {
+  Value v{next_id_++, type};
+  params_.emplace_back(v, attrs);
+  return v;
+}
+
+void Builder::SetParameterAttrs(int index, const std::string& attrs) {
+  params_.at(index).second = attrs;
+}
+
+std::string Builder::Signature(const std::vector<Value>& operands,
+                               const std::vector<TensorType>& results) const {
+  std::string s = "(";
+  for (size_t i = 0; i < operands.size(); ++i)
+    s += (i ? ", " : "") + operands[i].type.str();
+  s += ") -> ";
+  if (results.size() == 1) return s + results[0].str();
+  s += "(";
+  for (size_t i = 0; i < results.size(); ++i) s += (i ? ", " : "") + results[i].str();
+  return s + ")";
+}
+
+std::vector<Value> Builder::Op(const std::string& name,
+                               const std::vector<Value>& operands,
+                               const std::vector<TensorType>& results,
+                               const std::string& attrs) {
+  return OpWithRegion(name, operands, results, attrs, {}, nullptr);
+}
+
+Value Builder::Op1(const std::string& name, const std::vector<Value>& operands,
+                   const TensorType& result, const std::string& attrs) {
+  return Op(name, operands, {result}, attrs)[0];
+}
+
+std::vector<Value> Builder::OpWithRegion(
+    const std::string& name, const std::vector<Value>& operands,
+    const std::vector<TensorType>& results, const std::string& attrs,
+    const std::vector<TensorType>& block_args,
+    const std::function<void(const std::vector<Value>&)>& body) {
+  std::vector<Value> outs;
+  int base = next_id_;
+  next_id_ += static_cast<int>(results.size());
+  for (size_t i = 0; i < results.size(); ++i)
+    outs.push_back(Value{base + static_cast<int>(i), results[i]});
+  std::string lhs;
+  if (results.size() == 1) {
+    lhs = NewName(base) + " = ";
+  } else if (!results.empty()) {
+    lhs = NewName(base) + ":" + std::to_string(results.size()) + " = ";
+  }
+  std::string head = lhs + "\"" + name + "\"(";
+  for (size_t i = 0; i < operands.size(); ++i) head += (i ? ", " : "") + Ref(operands[i]);
+  head += ")";
+  std::string tail = (attrs.empty() ? "" : " {" + attrs + "}") + std::string(" : ") +
+                     Signature(operands, results);
+  if (!body) {
+    Emit(head + tail);
+  } else {
+    Emit(head + " ({");
+    std::vector<Value> args;
+    std::string block = "^bb0(";
+    for (size_t i = 0; i < block_args.size(); ++i) {
+      Value a{next_id_++, block_args[i]};
+      args.push_back(a);
+      block += (i ? ", " : "") + Ref(a) + ": " + a.type.str();
+    }
+    Emit(block + "):");
+    indent_ += 2;
+    body(args);
+    indent_ -= 2;
+    Emit("})" + tail);
+  }
+  // Results of a multi-result op are referenced as %base#i.
+  if (results.size() > 1) {
+    for (size_t i = 0; i < results.size(); ++i) {
+      Value alias{next_id_++, results[i]};
+      aliases_[alias.id] = NewName(base) + "#" + std::to_string(i);
+      outs[i] = alias;
+    }
+  }
+  return outs;
+}
+
+void Builder::RegionReturn(const std::vector<Value>& values) {
+  std::string s = "\"stablehlo.return\"(";
+  for (size_t i = 0; i < values.size(); ++i) s += (i ? ", " : "") + Ref(values[i]);
+  s += ") : (";
+  for (size_t i = 0; i < values.size(); ++i) s += (i ? ", " : "") + values[i].type.str();
+  Emit(s + ") -> ()");
+}
+
+void Builder::Return(const std::vector<Value>& results) {
+  if (returned_) throw std::logic_error("hlo::Builder: Return called twice");
+  returned_ = true;
+  std::string s = "\"func.return\"(";
+  for (size_t i = 0; i < results.size(); ++i) s += (i ? ", " : "") + Ref(results[i]);
+  s += ") : (";
+  for (size_t i = 0; i < results.size(); ++i) {
+    s += (i ? ", " : "") + results[i].type.str();
+    result_types_.push_back(results[i].type);
+  }
+  Emit(s + ") -> ()");
+}
+
+std::string Builder::ToText() const {
+  if (!returned_) throw std::logic_error("hlo::Builder: ToText before Return");
+  std::string s = "module @" + module_name_ + " {\n  func.func public @main(";
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& [v, attrs] = params_[i];
+    s += (i ? ", " : "") + NewName(v.id) + ": " + v.type.str();
+    if (!attrs.empty()) s += " {" + attrs + "}";
+  }
+  s += ") -> (";
+  for (size_t i = 0; i < result_types_.size(); ++i)
+    s += (i ? ", " : "") + result_types_[i].str();
+  s += ") {\n";
+  for (const auto& line : lines_) s += line + "\n";
+  return s + "  }\n}\n";
+}
+
+// ------------------------------------------------------------------ constants
+
+Value Builder::Constant(ElementType t, double v) {
+  TensorType type{t, {}};
+  return Op1("stablehlo.constant", {}, type,
+             "value = dense<" + ScalarLiteral(t, v) + "> : " + type.str());
+}
+
+Value Builder::ConstantInt(ElementType t, int64_t v) {
+  if (!IsInteger(t)) return Constant(t, static_cast<double>(v));
+  TensorType type{t, {}};
+  std::string lit = IsUnsigned(t) ? std::to_string(static_cast<uint64_t>(v))
+                                  : std::to_string(v);
+  return Op1("stablehlo.constant", {}, type, "value = dense<" + lit + "> : " + type.str());
+}
+
+Value Builder::ConstantBits(ElementType t, uint64_t bits) {
+  TensorType type{t, {}};
+  std::string lit = IsFloat(t) ? Hex(bits, ByteSize(t)) : std::to_string(bits);
+  return Op1("stablehlo.constant", {}, type, "value = dense<" + lit + "> : " + type.str());
+}
+
+Value Builder::Splat(ElementType t, double v, const std::vector<int64_t>& shape) {
+  return BroadcastInDim(Constant(t, v), shape, {});
+}
+
+Value Builder::MinValue(ElementType t) {
+  switch (t) {
+    case ElementType::Bool: return ConstantInt(t, 0);
+    case ElementType::I8: return ConstantInt(t, INT8_MIN);
+    case ElementType::I16: return ConstantInt(t, INT16_MIN);
+    case ElementType::I32: return ConstantInt(t, INT32_MIN);
+    case ElementType::I64: return ConstantInt(t, INT64_MIN);
+    case ElementType::U8: case ElementType::U16: case ElementType::U32:
+    case ElementType::U64: return ConstantInt(t, 0);
+    default: return Constant(t, -std::numeric_limits<double>::infinity());
+  }
+}
+
+Value Builder::MaxValue(ElementType t) {
+  switch (t) {
+    case ElementType::Bool: return ConstantInt(t, 1);
+    case ElementType::I8: return ConstantInt(t, INT8_MAX);
+    case ElementType::I16: return ConstantInt(t, INT16_MAX);
+    case ElementType::I32: return ConstantInt(t, INT32_MAX);
+    case ElementType::I64: return ConstantInt(t, INT64_MAX);
+    case ElementType::U8: return ConstantInt(t, UINT8_MAX);
+    case ElementType::U16: return ConstantInt(t, UINT16_MAX);
+    case ElementType::U32: return ConstantInt(t, UINT32_MAX);
+    case ElementType::U64: return ConstantBits(t, UINT64_MAX);
+    default: return Constant(t, std::numeric_limits<double>::infinity());
+  }
+}
+
+// ------------------------------------------------------------------ elementwise
+
+Value Builder::Unary(const std::string& op, Value x) {
+  return Op1("stablehlo." + op, {x}, x.type);
+}
+
+Value Builder::Binary(const std::string& op, Value a, Value b) {
+  if (!(a.type == b.type))
+    throw std::logic_error("hlo::Builder: " + op + " of " + a.type.str() + " and " +
+                           b.type.str());
+  return Op1("stablehlo." + op, {a, b}, a.type);
+}
+
+Value Builder::Compare(const std::string& direction, Value a, Value b) {
+  if (!(a.type == b.type))
+    throw std::logic_error("hlo::Builder: compare of " + a.type.str() + " and " +
+                           b.type.str());
+  std::string attrs =
+      "comparison_direction = #stablehlo<comparison_direction " + direction + ">";
+  return Op1("stablehlo.compare", {a, b}, TensorType{ElementType::Bool, a.shape()}, attrs);
+}
+
+Value Builder::Select(Value pred, Value on_true, Value on_false) {
+  return Op1("stablehlo.select", {pred, on_true, on_false}, on_true.type);
+}
+
+Value Builder::Convert(Value x, ElementType t) {
+  if (x.dtype() == t) return x;
+  if (t == ElementType::Bool) {  // nonzero -> true (convert would truncate)
+    Value zero = BroadcastInDim(ConstantInt(x.dtype(), 0), x.shape(), {});
+    return Compare("NE", x, zero);
+  }
+  return Op1("stablehlo.convert", {x}, TensorType{t, x.shape()});
+}
+
+Value Builder::BitcastConvert(Value x, ElementType t) {
+  return Op1("stablehlo.bitcast_convert", {x}, TensorType{t, x.shape()});
+}
+
+Value Builder::Clamp(Value lo, Value x, Value hi) {
+  return Op1("stablehlo.clamp", {lo, x, hi}, x.type);
+}
+
+// ------------------------------------------------------------------ shapes
+
+Value Builder::Reshape(Value x, const std::vector<int64_t>& shape) {
+  if (x.shape() == shape) return x;
+  return Op1("stablehlo.reshape", {x}, TensorType{x.dtype(), shape});
+}
+
+Value Builder::BroadcastInDim(Value x, const std::vector<int64_t>& shape,
+                              const std::vector<int64_t>& dims) {
+  if (x.shape() == shape) return x;
+  return Op1("stablehlo.broadcast_in_dim", {x}, TensorType{x.dtype(), shape},
+             "broadcast_dimensions = " + ArrayAttr(dims));
+}
+
+Value Builder::BroadcastTo(Value x, const std::vector<int64_t>& shape) {
+  if (x.shape() == shape) return x;
+  int64_t offset = static_cast<int64_t>(shape.size()) - x.rank();
+  if (offset < 0) throw std::logic_error("hlo::Builder: cannot broadcast to lower rank");
+  // Size-1 dims that expand must be dropped from the mapping: reshape first.
+  std::vector<int64_t> kept_shape, dims;
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    int64_t d = x.shape()[i];
+    if (d == shape[i + offset]) {
+      kept_shape.push_back(d);
+      dims.push_back(i + offset);
+    } else if (d != 1) {
+      throw std::logic_error("hlo::Builder: cannot broadcast " + x.type.str());
+    }
+  }
+  return BroadcastInDim(Reshape(x, kept_shape), shape, dims);
+}
+
+Value Builder::Transpose(Value x, const std::vector<int64_t>& permutation) {
+  bool identity = true;
+  std::vector<int64_t> shape;
+  for (size_t i = 0; i < permutation.size(); ++i) {
+    identity &= permutation[i] == static_cast<int64_t>(i);
+    shape.push_back(x.shape()[permutation[i]]);
+  }
+  if (identity) return x;
+  return Op1("stablehlo.transpose", {x}, TensorType{x.dtype(), shape},
+             "permutation = " + ArrayAttr(permutation));
+}
+
+Value Builder::Slice(Value x, const std::vector<int64_t>& start,
+                     const std::vector<int64_t>& limit,
+                     const std::vector<int64_t>& strides) {
+  std::vector<int64_t> shape;
+  for (size_t i = 0; i < start.size(); ++i)
+    shape.push_back(std::max<int64_t>(0, (limit[i] - start[i] + strides[i] - 1) / strides[i]));
+  if (shape == x.shape()) return x;
+  return Op1("stablehlo.slice", {x}, TensorType{x.dtype(), shape},
+             "start_indices = " + ArrayAttr(start) + ", limit_indices = " +
+                 ArrayAttr(limit) + ", strides = " + ArrayAttr(strides));
+}
+
+Value Builder::DynamicSlice(Value x, const std::vector<Value>& starts,
+                            const std::vector<int64_t>& sizes) {
+  std::vector<Value> operands{x};
+  operands.insert(operands.end(), starts.begin(), starts.end());
+  return Op1("stablehlo.dynamic_slice", operands, TensorType{x.dtype(), sizes},
+             "slice_sizes = " + ArrayAttr(sizes));
+}
+
+Value Builder::DynamicUpdateSlice(Value x, Value update, const std::vector<Value>& starts) {
+  std::vector<Value> operands{x, update};
+  operands.insert(operands.end(), starts.begin(), starts.end());
+  return Op1("stablehlo.dynamic_update_slice", operands, x.type);
+}
+
+Value Builder::Concatenate(const std::vector<Value>& xs, int64_t dim) {
+  if (xs.size() == 1) return xs[0];
+  TensorType type = xs.at(0).type;
+  type.shape[dim] = 0;
+  for (const auto& x : xs) type.shape[dim] += x.shape()[dim];
+  return Op1("stablehlo.concatenate", xs, type, "dimension = " + std::to_string(dim) + " : i64");
+}
+
+Value Builder::Iota(const TensorType& type, int64_t dim) {
+  return Op1("stablehlo.iota", {}, type, "iota_dimension = " + std::to_string(dim) + " : i64");
+}
+
+Value Builder::Reverse(Value x, const std::vector<int64_t>& dims) {
+  if (dims.empty()) return x;
+  return Op1("stablehlo.reverse", {x}, x.type, "dimensions = " + ArrayAttr(dims));
+}
+
+Value Builder::Pad(Value x, Value pad_value, const std::vector<int64_t>& low,
+                   const std::vector<int64_t>& high, const std::vector<int64_t>& interior) {
+  std::vector<int64_t> shape = x.shape();
+  for (size_t i = 0; i < shape.size(); ++i)
+    shape[i] = low[i] + high[i] + shape[i] + std::max<int64_t>(0, shape[i] - 1) * interior[i];
+  return Op1("stablehlo.pad", {x, pad_value}, TensorType{x.dtype(), shape},
+             "edge_padding_low = " + ArrayAttr(low) + ", edge_padding_high = " +
+                 ArrayAttr(high) + ", interior_padding = " + ArrayAttr(interior));
+}
+
+// ------------------------------------------------------------------ reductions
+
+std::vector<Value> Builder::ReduceN(
+    const std::vector<Value>& xs, const std::vector<Value>& inits,
+    const std::vector<int64_t>& dims,
+    const std::function<std::vector<Value>(Builder&, const std::vector<Value>&)>& body) {
+  std::vector<Value> operands(xs);
+  operands.insert(operands.end(), inits.begin(), inits.end());
+  std::vector<TensorType> results, block_args;
+  for (const auto& x : xs) {
+    std::vector<int64_t> shape;
+    for (int64_t i = 0; i < x.rank(); ++i) {
+      bool reduced = false;
+      for (int64_t d : dims) reduced |= d == i;
+      if (!reduced) shape.push_back(x.shape()[i]);
+    }
+    results.push_back(TensorType{x.dtype(), shape});
+  }
+  for (const auto& x : xs) block_args.push_back(TensorType{x.dtype(), {}});
+  for (const auto& x : xs) block_args.push_back(TensorType{x.dtype(), {}});
+  return OpWithRegion("stablehlo.reduce", operands, results,
+                      "dimensions = " + ArrayAttr(dims), block_args,
+                      [&](const std::vector<Value>& args) { RegionReturn(body(*this, args)); });
+}
+
+Value Builder::Reduce(Value x, Value init, const std::vector<int64_t>& dims,
+                      const std::string& combiner) {
+  return ReduceN({x}, {init}, dims, [&](Builder& b, const std::vector<Value>& a) {
+    return std::vector<Value>{b.Binary(combiner, a[0], a[1])};
+  })[0];
+}
+
+Value Builder::DotGeneral(Value lhs, Value rhs, const std::vector<int64_t>& lhs_batch,
+                          const std::vector<int64_t>& rhs_batch,
+                          const std::vector<int64_t>& lhs_contract,
+                          const std::vector<int64_t>& rhs_contract, ElementType result,
+                          bool highest_precision) {
+  std::vector<int64_t> shape;
+  for (int64_t d : lhs_batch) shape.push_back(lhs.shape()[d]);
+  auto free_dims = [&](const Value& v, const std::vector<int64_t>& batch,
+                       const std::vector<int64_t>& contract) {
+    for (int64_t i = 0; i < v.rank(); ++i) {
+      bool used = false;
+      for (int64_t d : batch) used |= d == i;
+      for (int64_t d : contract) used |= d == i;
+      if (!used) shape.push_back(v.shape()[i]);
+    }
+  };
+  free_dims(lhs, lhs_batch, lhs_contract);
+  free_dims(rhs, rhs_batch, rhs_contract);
+  std::string dn = "dot_dimension_numbers = #stablehlo.dot<";
+  std::vector<std::string> parts;
+  if (!lhs_batch.empty()) parts.push_back("lhs_batching_dimensions = " + List(lhs_batch));
+  if (!rhs_batch.empty()) parts.push_back("rhs_batching_dimensions = " + List(rhs_batch));
+  parts.push_back("lhs_contracting_dimensions = " + List(lhs_contract));
+  parts.push_back("rhs_contracting_dimensions = " + List(rhs_contract));
+  for (size_t i = 0; i < parts.size(); ++i) dn += (i ? ", " : "") + parts[i];
+  dn += ">";
+  if (highest_precision)
+    dn += ", precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]";
+  return Op1("stablehlo.dot_general", {lhs, rhs}, TensorType{result, shape}, dn);
+}
+
+Value Builder::Gather(Value x, Value indices, const std::vector<int64_t>& index_dims) {
+  int64_t batch_rank = indices.rank() - 1;
+  std::vector<int64_t> offset_dims, slice_sizes, shape(indices.shape().begin(),
+                                                        indices.shape().end() - 1);
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    bool indexed = false;
+    for (int64_t d : index_dims) indexed |= d == i;
+    slice_sizes.push_back(indexed ? 1 : x.shape()[i]);
+    if (!indexed) {
+      offset_dims.push_back(static_cast<int64_t>(shape.size()));
+      shape.push_back(x.shape()[i]);
+    }
+  }
+  std::string attrs = "dimension_numbers = #stablehlo.gather<";
+  if (!offset_dims.empty()) attrs += "offset_dims = " + List(offset_dims) + ", ";
+  attrs += "collapsed_slice_dims = " + List(index_dims) +
+           ", start_index_map = " + List(index_dims) +
+           ", index_vector_dim = " + std::to_string(batch_rank) +
+           ">, indices_are_sorted = false, slice_sizes = " + ArrayAttr(slice_sizes);
+  return Op1("stablehlo.gather", {x, indices}, TensorType{x.dtype(), shape}, attrs);
+}
+
+Value Builder::Scatter(Value x, Value indices, Value updates,
+                       const std::vector<int64_t>& index_dims,
+                       const std::string& combiner) {
+  int64_t batch_rank = indices.rank() - 1;
+  std::vector<int64_t> window_dims;
+  for (int64_t i = batch_rank; i < updates.rank(); ++i) window_dims.push_back(i);
+  std::string attrs = "scatter_dimension_numbers = #stablehlo.scatter<";
+  if (!window_dims.empty()) attrs += "update_window_dims = " + List(window_dims) + ", ";
+  attrs += "inserted_window_dims = " + List(index_dims) +
+           ", scatter_dims_to_operand_dims = " + List(index_dims) +
+           ", index_vector_dim = " + std::to_string(batch_rank) +
+           ">, indices_are_sorted = false, unique_indices = false";
+  TensorType scalar{x.dtype(), {}};
+  return OpWithRegion("stablehlo.scatter", {x, indices, updates}, {x.type}, attrs,
+                      {scalar, scalar}, [&](const std::vector<Value>& a) {
+                        if (combiner == "assign") {
+                          RegionReturn({a[1]});
+                        } else {
+                          RegionReturn({Binary(combiner, a[0], a[1])});
+                        }
+                      })[0];
+}
+
+}  // namespace torch_tpu::hlo

@@ -1,0 +1,154 @@
+// StableHLO text builder: element types, tensor types, SSA values, ops,
+// functions and modules. All emitted syntax lives here (generic op form, the
+// least fragile text). No torch, no PJRT.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace torch_tpu::hlo {
+
+enum class ElementType {
+  Bool, I8, I16, I32, I64, U8, U16, U32, U64, F16, BF16, F32, F64,
+};
+
+const char* Name(ElementType t);  // "f32", "i1", "ui8", ...
+int ByteSize(ElementType t);
+bool IsFloat(ElementType t);
+bool IsSigned(ElementType t);     // signed integers
+bool IsUnsigned(ElementType t);   // unsigned integers
+bool IsInteger(ElementType t);    // signed or unsigned, not bool
+
+struct TensorType {
+  ElementType dtype = ElementType::F32;
+  std::vector<int64_t> shape;
+  int64_t rank() const { return static_cast<int64_t>(shape.size()); }
+  int64_t numel() const;
+  std::string str() const;  // tensor<2x3xf32>
+  bool operator==(const TensorType& o) const {
+    return dtype == o.dtype && shape == o.shape;
+  }
+};
+
+// An SSA value inside a function under construction.
+struct Value {
+  int id = -1;
+  TensorType type;
+  bool valid() const { return id >= 0; }
+  ElementType dtype() const { return type.dtype; }
+  const std::vector<int64_t>& shape() const { return type.shape; }
+  int64_t rank() const { return type.rank(); }
+};
+
+// Builds one function `@main` of one module. Ops are appended in order.
+class Builder {
+ public:
+  explicit Builder(std::string module_name = "torch_tpu");
+
+  // Adds a parameter. `attrs` is printed as the argument's attribute
+  // dictionary body, e.g. "tf.aliasing_output = 0 : i32".
+  Value Parameter(const TensorType& type, const std::string& attrs = "");
+  void SetParameterAttrs(int index, const std::string& attrs);
+  int num_parameters() const { return static_cast<int>(params_.size()); }
+  void Return(const std::vector<Value>& results);
+  std::string ToText() const;
+
+  // ---- the generic op: name, operands, attribute dict body, result types.
+  std::vector<Value> Op(const std::string& name, const std::vector<Value>& operands,
+                        const std::vector<TensorType>& results,
+                        const std::string& attrs = "");
+  Value Op1(const std::string& name, const std::vector<Value>& operands,
+            const TensorType& result, const std::string& attrs = "");
+  // An op with one region whose block takes `block_args` and is filled by
+  // `body` (which must end by calling RegionReturn).
+  std::vector<Value> OpWithRegion(
+      const std::string& name, const std::vector<Value>& operands,
+      const std::vector<TensorType>& results, const std::string& attrs,
+      const std::vector<TensorType>& block_args,
+      const std::function<void(const std::vector<Value>&)>& body);
+  void RegionReturn(const std::vector<Value>& values);
+
+  // ---- constants
+  Value Constant(ElementType t, double v);     // scalar (rank 0)
+  Value ConstantInt(ElementType t, int64_t v);  // exact for integers
+  Value ConstantBits(ElementType t, uint64_t bits);  // raw bit pattern
+  Value Splat(ElementType t, double v, const std::vector<int64_t>& shape);
+  Value MinValue(ElementType t);  // lowest finite (or -inf for floats)
+  Value MaxValue(ElementType t);
+
+  // ---- elementwise
+  Value Unary(const std::string& op, Value x);  // "stablehlo.<op>"
+  Value Binary(const std::string& op, Value a, Value b);
+  Value Compare(const std::string& direction, Value a, Value b);  // EQ NE LT ...
+  Value Select(Value pred, Value on_true, Value on_false);
+  Value Convert(Value x, ElementType t);  // no-op when same type
+  Value BitcastConvert(Value x, ElementType t);
+  Value Clamp(Value lo, Value x, Value hi);
+
+  // ---- shapes
+  Value Reshape(Value x, const std::vector<int64_t>& shape);
+  Value BroadcastInDim(Value x, const std::vector<int64_t>& shape,
+                       const std::vector<int64_t>& dims);
+  // Numpy-style: right-aligned broadcast of x to shape.
+  Value BroadcastTo(Value x, const std::vector<int64_t>& shape);
+  Value Transpose(Value x, const std::vector<int64_t>& permutation);
+  Value Slice(Value x, const std::vector<int64_t>& start,
+              const std::vector<int64_t>& limit, const std::vector<int64_t>& strides);
+  Value DynamicSlice(Value x, const std::vector<Value>& starts,
+                     const std::vector<int64_t>& sizes);
+  Value DynamicUpdateSlice(Value x, Value update, const std::vector<Value>& starts);
+  Value Concatenate(const std::vector<Value>& xs, int64_t dim);
+  Value Iota(const TensorType& type, int64_t dim);
+  Value Reverse(Value x, const std::vector<int64_t>& dims);
+  Value Pad(Value x, Value pad_value, const std::vector<int64_t>& low,
+            const std::vector<int64_t>& high, const std::vector<int64_t>& interior);
+
+  // ---- reductions and contractions
+  // Reduces `x` over `dims` with the binary op `combiner` ("add", "maximum",
+  // ...), starting from `init` (a rank-0 value).
+  Value Reduce(Value x, Value init, const std::vector<int64_t>& dims,
+               const std::string& combiner);
+  // Generic reduce over several operands; body gets 2*n scalars.
+  std::vector<Value> ReduceN(
+      const std::vector<Value>& xs, const std::vector<Value>& inits,
+      const std::vector<int64_t>& dims,
+      const std::function<std::vector<Value>(Builder&, const std::vector<Value>&)>& body);
+  Value DotGeneral(Value lhs, Value rhs, const std::vector<int64_t>& lhs_batch,
+                   const std::vector<int64_t>& rhs_batch,
+                   const std::vector<int64_t>& lhs_contract,
+                   const std::vector<int64_t>& rhs_contract, ElementType result,
+                   bool highest_precision);
+  // Gathers rows: out[i..., :] = x[indices[i...], :] along dim 0 of a 1-D or
+  // N-D operand, via stablehlo.gather. `index_dims` are the operand dims the
+  // last axis of `indices` indexes (indices has shape [..., len(index_dims)]);
+  // slices are 1 along index_dims and full elsewhere.
+  Value Gather(Value x, Value indices, const std::vector<int64_t>& index_dims);
+  // Inverse of Gather: writes (or, with combiner "add", accumulates) updates.
+  Value Scatter(Value x, Value indices, Value updates,
+                const std::vector<int64_t>& index_dims, const std::string& combiner);
+
+ private:
+  std::string NewName(int id) const { return "%" + std::to_string(id); }
+  std::string Ref(const Value& v) const;
+  std::string Signature(const std::vector<Value>& operands,
+                        const std::vector<TensorType>& results) const;
+  void Emit(const std::string& line);
+
+  std::string module_name_;
+  int next_id_ = 0;
+  std::vector<std::pair<Value, std::string>> params_;
+  std::vector<TensorType> result_types_;
+  std::vector<std::string> lines_;
+  std::unordered_map<int, std::string> aliases_;  // id -> "%N#i"
+  int indent_ = 2;
+  bool returned_ = false;
+};
+
+std::string Ints(const std::vector<int64_t>& v);  // "1, 2, 3"
+std::string ArrayAttr(const std::vector<int64_t>& v);  // array<i64: 1, 2>
+
+}  // namespace torch_tpu::hlo

@@ -1,0 +1,139 @@
+// Golden tests: the exact text the builder prints, and that the XLA:CPU
+// plugin parses, compiles and runs it.
+#include "hlo/builder.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "pjrt/pjrt.h"
+
+namespace torch_tpu::hlo {
+namespace {
+
+pjrt::Client& TestClient() {
+  static auto client = std::make_shared<pjrt::Client>(
+      pjrt::Api::Load(std::getenv("TORCH_TPU_TEST_CPU_PLUGIN")),
+      std::vector<std::pair<std::string, int64_t>>{});
+  return *client;
+}
+
+std::vector<float> RunF32(const std::string& text,
+                          const std::vector<std::vector<float>>& inputs,
+                          const std::vector<std::vector<int64_t>>& shapes, size_t out_n) {
+  auto& client = TestClient();
+  std::vector<pjrt::BufferPtr> keep;
+  std::vector<PJRT_Buffer*> args;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    keep.push_back(client.FromHost(inputs[i].data(), pjrt::BufferType::F32, shapes[i], 0));
+    args.push_back(keep.back()->raw());
+  }
+  auto exe = client.Compile(text, 0);
+  auto outs = exe->Execute(args, {});
+  std::vector<float> out(out_n);
+  outs[0]->ToHost(out.data(), out.size() * sizeof(float));
+  return out;
+}
+
+TEST(Hlo, GoldenAddModule) {
+  Builder b("golden");
+  TensorType t{ElementType::F32, {2, 3}};
+  Value x = b.Parameter(t), y = b.Parameter(t);
+  b.Return({b.Binary("add", x, y)});
+  EXPECT_EQ(b.ToText(),
+            "module @golden {\n"
+            "  func.func public @main(%0: tensor<2x3xf32>, %1: tensor<2x3xf32>) -> "
+            "(tensor<2x3xf32>) {\n"
+            "    %2 = \"stablehlo.add\"(%0, %1) : (tensor<2x3xf32>, tensor<2x3xf32>) -> "
+            "tensor<2x3xf32>\n"
+            "    \"func.return\"(%2) : (tensor<2x3xf32>) -> ()\n"
+            "  }\n"
+            "}\n");
+}
+
+TEST(Hlo, GoldenConstantsAreBitExact) {
+  Builder b;
+  Value one = b.Constant(ElementType::F32, 1.0);
+  Value h = b.Constant(ElementType::BF16, 1.0);
+  Value f = b.Constant(ElementType::F16, 1.0);
+  Value i = b.ConstantInt(ElementType::I64, -3);
+  b.Return({one, h, f, i});
+  std::string text = b.ToText();
+  EXPECT_NE(text.find("dense<0x3F800000> : tensor<f32>"), std::string::npos) << text;
+  EXPECT_NE(text.find("dense<0x3F80> : tensor<bf16>"), std::string::npos) << text;
+  EXPECT_NE(text.find("dense<0x3C00> : tensor<f16>"), std::string::npos) << text;
+  EXPECT_NE(text.find("dense<-3> : tensor<i64>"), std::string::npos) << text;
+  TestClient().Compile(text, 0);
+}
+
+TEST(Hlo, ReduceBroadcastDotCompileAndRun) {
+  Builder b;
+  Value x = b.Parameter(TensorType{ElementType::F32, {2, 3}});
+  Value sum = b.Reduce(x, b.Constant(ElementType::F32, 0), {1}, "add");  // [2]
+  Value bcast = b.BroadcastTo(b.Reshape(sum, {2, 1}), {2, 3});
+  Value xt = b.Transpose(x, {1, 0});  // [3,2]
+  Value dot = b.DotGeneral(bcast, xt, {}, {}, {1}, {0}, ElementType::F32, true);  // [2,2]
+  b.Return({dot});
+  auto out = RunF32(b.ToText(), {{1, 2, 3, 4, 5, 6}}, {{2, 3}}, 4);
+  // row sums 6, 15; dot(row_sum * ones(3), x^T) = row_sum * sum of x's rows
+  EXPECT_FLOAT_EQ(out[0], 6 * 6);
+  EXPECT_FLOAT_EQ(out[1], 6 * 15);
+  EXPECT_FLOAT_EQ(out[2], 15 * 6);
+  EXPECT_FLOAT_EQ(out[3], 15 * 15);
+}
+
+TEST(Hlo, MultiResultReduceGatherScatterSlice) {
+  Builder b;
+  Value x = b.Parameter(TensorType{ElementType::F32, {4}});
+  // argmax via a two-operand reduce
+  Value iota = b.Iota(TensorType{ElementType::I32, {4}}, 0);
+  auto r = b.ReduceN({x, iota}, {b.MinValue(ElementType::F32), b.ConstantInt(ElementType::I32, 0)},
+                     {0}, [](Builder& rb, const std::vector<Value>& a) {
+                       Value gt = rb.Compare("GT", a[0], a[2]);
+                       return std::vector<Value>{rb.Select(gt, a[0], a[2]),
+                                                 rb.Select(gt, a[1], a[3])};
+                     });
+  Value idx = b.Reshape(r[1], {1, 1});
+  Value g = b.Gather(x, idx, {0});  // [1]
+  Value s = b.Scatter(x, idx, g, {0}, "add");  // doubles the max
+  Value sl = b.Slice(s, {1}, {4}, {2});  // elements 1, 3
+  Value out = b.Concatenate({sl, b.Reshape(b.Convert(r[1], ElementType::F32), {1}), g}, 0);
+  b.Return({out});
+  auto v = RunF32(b.ToText(), {{1, 7, 3, 5}}, {{4}}, 4);
+  EXPECT_FLOAT_EQ(v[0], 14);
+  EXPECT_FLOAT_EQ(v[1], 5);
+  EXPECT_FLOAT_EQ(v[2], 1);
+  EXPECT_FLOAT_EQ(v[3], 7);
+}
+
+TEST(Hlo, DynamicSliceAndUpdate) {
+  Builder b;
+  Value x = b.Parameter(TensorType{ElementType::F32, {5}});
+  Value off = b.Parameter(TensorType{ElementType::I64, {}});
+  Value piece = b.DynamicSlice(x, {off}, {2});
+  Value doubled = b.Binary("add", piece, piece);
+  b.Return({b.DynamicUpdateSlice(x, doubled, {off})});
+  auto& client = TestClient();
+  float data[5] = {1, 2, 3, 4, 5};
+  int64_t o = 2;
+  auto bx = client.FromHost(data, pjrt::BufferType::F32, {5}, 0);
+  auto bo = client.FromHost(&o, pjrt::BufferType::S64, {}, 0);
+  auto outs = client.Compile(b.ToText(), 0)->Execute({bx->raw(), bo->raw()}, {});
+  float out[5];
+  outs[0]->ToHost(out, sizeof(out));
+  EXPECT_FLOAT_EQ(out[1], 2);
+  EXPECT_FLOAT_EQ(out[2], 6);
+  EXPECT_FLOAT_EQ(out[3], 8);
+  EXPECT_FLOAT_EQ(out[4], 5);
+}
+
+TEST(Hlo, InvalidUseThrows) {
+  Builder b;
+  Value x = b.Parameter(TensorType{ElementType::F32, {2}});
+  Value y = b.Parameter(TensorType{ElementType::F32, {3}});
+  EXPECT_THROW(b.Binary("add", x, y), std::logic_error);
+  EXPECT_THROW(b.ToText(), std::logic_error);
+}
+
+}  // namespace
+}  // namespace torch_tpu::hlo
