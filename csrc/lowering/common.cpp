@@ -1,0 +1,245 @@
+// The rule registry, type promotion, broadcasting and view read/write.
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <numeric>
+
+#include "lowering/lowering.h"
+
+namespace torch_tpu::lowering {
+
+// ---------------------------------------------------------------- registry
+
+namespace {
+struct Registry {
+  std::vector<std::unique_ptr<RuleEntry>> entries;
+  std::map<std::string, const RuleEntry*> by_name;
+};
+Registry& GetRegistry() {
+  static Registry* r = new Registry();
+  return *r;
+}
+}  // namespace
+
+void Register(const std::string& name, Rule rule, std::vector<std::string> variants) {
+  Registry& r = GetRegistry();
+  auto entry = std::make_unique<RuleEntry>(RuleEntry{name, std::move(rule), variants});
+  for (const auto& n : variants) r.by_name[n] = entry.get();
+  r.by_name[name] = entry.get();
+  r.entries.push_back(std::move(entry));
+}
+
+const RuleEntry* Find(const std::string& name) {
+  const Registry& r = GetRegistry();
+  auto it = r.by_name.find(name);
+  return it == r.by_name.end() ? nullptr : it->second;
+}
+
+std::vector<const RuleEntry*> AllRules() {
+  std::vector<const RuleEntry*> out;
+  for (const auto& e : GetRegistry().entries) out.push_back(e.get());
+  return out;
+}
+
+// ---------------------------------------------------------------- promotion
+
+namespace {
+int Category(ElementType t) {
+  if (t == ElementType::Bool) return 0;
+  if (hlo::IsFloat(t)) return 2;
+  return 1;
+}
+}  // namespace
+
+ElementType PromoteTypes(ElementType a, ElementType b) {
+  using E = ElementType;
+  if (a == b) return a;
+  if (a == E::Bool) return b;
+  if (b == E::Bool) return a;
+  bool fa = hlo::IsFloat(a), fb = hlo::IsFloat(b);
+  if (fa && fb) {
+    if ((a == E::BF16 && b == E::F16) || (a == E::F16 && b == E::BF16)) return E::F32;
+    return hlo::ByteSize(a) >= hlo::ByteSize(b) ? a : b;
+  }
+  if (fa) return a;
+  if (fb) return b;
+  bool ua = hlo::IsUnsigned(a), ub = hlo::IsUnsigned(b);
+  if (ua == ub) return hlo::ByteSize(a) >= hlo::ByteSize(b) ? a : b;
+  // Mixed signedness: the smallest signed type holding both.
+  E u = ua ? a : b, s = ua ? b : a;
+  int need = std::max(hlo::ByteSize(s), 2 * hlo::ByteSize(u));
+  if (need <= 2) return E::I16;
+  if (need <= 4) return E::I32;
+  return E::I64;
+}
+
+namespace {
+ElementType CombineCategories(bool has_higher, ElementType higher, bool has_lower,
+                              ElementType lower) {
+  if (!has_higher) return lower;
+  if (!has_lower) return higher;
+  if (hlo::IsFloat(higher)) return higher;
+  if (higher == ElementType::Bool || hlo::IsFloat(lower)) return PromoteTypes(higher, lower);
+  return higher;
+}
+}  // namespace
+
+ElementType ResultType(const std::vector<const Arg*>& args, ElementType default_float) {
+  // Three priority classes, as in ATen's ResultTypeState.
+  bool has[3] = {false, false, false};
+  ElementType acc[3] = {ElementType::Bool, ElementType::Bool, ElementType::Bool};
+  auto add = [&](int cls, ElementType t) {
+    acc[cls] = has[cls] ? PromoteTypes(acc[cls], t) : t;
+    has[cls] = true;
+  };
+  for (const Arg* a : args) {
+    if (a->kind == Arg::Kind::Tensor) {
+      add(a->tensor.rank() > 0 && !a->is_cpu_scalar ? 0 : 1, a->tensor.dtype());
+    } else if (a->kind == Arg::Kind::Scalar) {
+      ElementType t = a->scalar_type;
+      if (hlo::IsFloat(t)) t = default_float;
+      add(2, t);
+    } else if (a->kind == Arg::Kind::TensorList) {
+      for (const auto& v : a->tensors)
+        if (v.valid()) add(v.rank() > 0 ? 0 : 1, v.dtype());
+    }
+  }
+  bool has_low = has[1] || has[2];
+  ElementType low = CombineCategories(has[1], acc[1], has[2], acc[2]);
+  (void)Category;
+  return CombineCategories(has[0], acc[0], has_low, low);
+}
+
+ElementType ComputeType(ElementType t) {
+  return (t == ElementType::F16 || t == ElementType::BF16) ? ElementType::F32 : t;
+}
+
+int64_t WrapDim(int64_t dim, int64_t rank) {
+  int64_t r = std::max<int64_t>(rank, 1);
+  if (dim < -r || dim >= r)
+    throw std::out_of_range("Dimension out of range (expected to be in range of [" +
+                            std::to_string(-r) + ", " + std::to_string(r - 1) +
+                            "], but got " + std::to_string(dim) + ")");
+  return dim < 0 ? dim + r : dim;
+}
+
+std::vector<int64_t> ReduceDims(const std::vector<int64_t>& dims, int64_t rank) {
+  std::vector<int64_t> out;
+  if (dims.empty()) {
+    out.resize(rank);
+    std::iota(out.begin(), out.end(), 0);
+    return out;
+  }
+  for (int64_t d : dims) out.push_back(rank == 0 ? 0 : WrapDim(d, rank));
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  if (rank == 0) out.clear();
+  return out;
+}
+
+std::vector<int64_t> BroadcastShapes(const std::vector<int64_t>& a,
+                                     const std::vector<int64_t>& b) {
+  size_t n = std::max(a.size(), b.size());
+  std::vector<int64_t> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (da != db && da != 1 && db != 1)
+      throw std::invalid_argument("shapes cannot be broadcast together");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+Value As(Builder& b, Value v, ElementType t, const std::vector<int64_t>& shape) {
+  return b.BroadcastTo(b.Convert(v, t), shape);
+}
+
+Value As(Builder& b, const Arg& a, ElementType t, const std::vector<int64_t>& shape) {
+  if (a.kind != Arg::Kind::Tensor && a.kind != Arg::Kind::Scalar)
+    throw std::logic_error("lowering: expected a tensor or scalar argument");
+  return As(b, a.tensor, t, shape);
+}
+
+// ---------------------------------------------------------------- views
+
+std::string ViewGeometry::key() const {
+  std::string k = "[" + hlo::Ints(sizes) + "|" + hlo::Ints(strides) + "|" +
+                  std::to_string(storage_numel) + (whole ? "|w]" : "]");
+  return k;
+}
+
+namespace {
+
+int64_t Numel(const std::vector<int64_t>& sizes) {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  return n;
+}
+
+// If the view is a permutation of a dense block of numel elements, returns
+// the permutation (dims ordered outermost first); else empty.
+bool DensePermutation(const ViewGeometry& g, std::vector<int64_t>* perm) {
+  int64_t rank = static_cast<int64_t>(g.sizes.size());
+  perm->resize(rank);
+  std::iota(perm->begin(), perm->end(), 0);
+  std::stable_sort(perm->begin(), perm->end(), [&](int64_t a, int64_t b) {
+    return g.strides[a] > g.strides[b];
+  });
+  int64_t expected = 1;
+  for (int64_t i = rank - 1; i >= 0; --i) {
+    int64_t d = (*perm)[i];
+    if (g.sizes[d] == 1) continue;
+    if (g.strides[d] != expected) return false;
+    expected *= g.sizes[d];
+  }
+  return true;
+}
+
+Value FlatIndices(Builder& b, Value offset, const ViewGeometry& g) {
+  TensorType t{ElementType::I64, g.sizes};
+  Value idx = b.BroadcastInDim(offset, g.sizes, {});
+  for (size_t d = 0; d < g.sizes.size(); ++d) {
+    if (g.sizes[d] == 1 || g.strides[d] == 0) continue;
+    Value term = b.Binary("multiply", b.Iota(t, static_cast<int64_t>(d)),
+                          b.Splat(ElementType::I64, static_cast<double>(g.strides[d]), g.sizes));
+    idx = b.Binary("add", idx, term);
+  }
+  std::vector<int64_t> shape = g.sizes;
+  shape.push_back(1);
+  return b.Reshape(idx, shape);
+}
+
+}  // namespace
+
+Value ReadView(Builder& b, Value storage, Value offset, const ViewGeometry& g) {
+  ElementType t = storage.dtype();
+  int64_t numel = Numel(g.sizes);
+  if (g.whole) return b.Reshape(storage, g.sizes);
+  if (numel == 0) return b.Splat(t, 0, g.sizes);
+  std::vector<int64_t> perm;
+  if (DensePermutation(g, &perm)) {
+    Value flat = b.DynamicSlice(storage, {offset}, {numel});
+    std::vector<int64_t> permuted;
+    for (int64_t d : perm) permuted.push_back(g.sizes[d]);
+    std::vector<int64_t> inverse(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
+    return b.Transpose(b.Reshape(flat, permuted), inverse);
+  }
+  return b.Gather(storage, FlatIndices(b, offset, g), {0});
+}
+
+Value WriteView(Builder& b, Value storage, Value offset, const ViewGeometry& g,
+                Value update) {
+  int64_t numel = Numel(g.sizes);
+  if (g.whole) return b.Reshape(update, {g.storage_numel});
+  if (numel == 0) return storage;
+  std::vector<int64_t> perm;
+  if (DensePermutation(g, &perm)) {
+    Value flat = b.Reshape(b.Transpose(update, perm), {numel});
+    return b.DynamicUpdateSlice(storage, flat, {offset});
+  }
+  return b.Scatter(storage, FlatIndices(b, offset, g), update, {0}, "assign");
+}
+
+}  // namespace torch_tpu::lowering

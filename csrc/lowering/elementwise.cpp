@@ -1,0 +1,330 @@
+// Elementwise rules: arithmetic, comparison, logical, bitwise, unary math,
+// where, clamp. Inputs are converted to the compute type (PyTorch's opmath:
+// f32 for 16-bit floats) and broadcast to the output shape the meta kernel
+// computed; the result is converted to the output dtype.
+#include <cmath>
+
+#include "lowering/lowering.h"
+
+namespace torch_tpu::lowering {
+namespace {
+
+using K = Arg::Kind;
+using Fn1 = std::function<Value(Builder&, Value)>;
+using Fn2 = std::function<Value(Builder&, Value, Value)>;
+
+const TensorType& Out(Context& c) { return c.outputs.at(0); }
+
+// f(x) computed in ComputeType(out dtype).
+Rule UnaryRule(Fn1 f) {
+  return [f](Context& c, const std::vector<Arg>& a) {
+    const TensorType& out = Out(c);
+    ElementType ct = ComputeType(out.dtype);
+    Value x = As(c.b, a[0], ct, out.shape);
+    return std::vector<Value>{c.b.Convert(f(c.b, x), out.dtype)};
+  };
+}
+
+// Float-only unary math: integer inputs compute in the (float) output type.
+Rule MathRule(const std::string& op) {
+  return UnaryRule([op](Builder& b, Value x) {
+    if (op.rfind("chlo.", 0) == 0) return b.Op1(op, {x}, x.type);
+    return b.Unary(op, x);
+  });
+}
+
+// f(a, b) in the compute type of the output dtype; `alpha` (arg 2, if a
+// Scalar) scales b.
+Rule ArithRule(Fn2 f, bool has_alpha = false) {
+  return [f, has_alpha](Context& c, const std::vector<Arg>& a) {
+    const TensorType& out = Out(c);
+    ElementType ct = ComputeType(out.dtype);
+    Value x = As(c.b, a[0], ct, out.shape);
+    Value y = As(c.b, a[1], ct, out.shape);
+    if (has_alpha && a.size() > 2 && a[2].kind == K::Scalar)
+      y = c.b.Binary(ct == ElementType::Bool ? "and" : "multiply", y,
+                     As(c.b, a[2], ct, out.shape));
+    return std::vector<Value>{c.b.Convert(f(c.b, x, y), out.dtype)};
+  };
+}
+
+// Comparison in the promoted type of both operands.
+Rule CompareRule(const std::string& direction) {
+  return [direction](Context& c, const std::vector<Arg>& a) {
+    const TensorType& out = Out(c);
+    ElementType ct = ResultType({&a[0], &a[1]}, c.default_float);
+    Value x = As(c.b, a[0], ct, out.shape), y = As(c.b, a[1], ct, out.shape);
+    return std::vector<Value>{c.b.Convert(c.b.Compare(direction, x, y), out.dtype)};
+  };
+}
+
+Rule LogicalRule(const std::string& op) {
+  return [op](Context& c, const std::vector<Arg>& a) {
+    const TensorType& out = Out(c);
+    Value x = As(c.b, a[0], ElementType::Bool, out.shape);
+    Value y = As(c.b, a[1], ElementType::Bool, out.shape);
+    return std::vector<Value>{c.b.Convert(c.b.Binary(op, x, y), out.dtype)};
+  };
+}
+
+Value Zeros(Builder& b, const Value& like) { return b.Splat(like.dtype(), 0, like.shape()); }
+
+// Python-style remainder: sign follows the divisor.
+Value Remainder(Builder& b, Value x, Value y) {
+  Value r = b.Binary("remainder", x, y);
+  if (x.dtype() == ElementType::Bool || hlo::IsUnsigned(x.dtype())) return r;
+  Value zero = Zeros(b, r);
+  Value fix = b.Binary("and", b.Compare("NE", r, zero),
+                       b.Compare("NE", b.Compare("LT", r, zero), b.Compare("LT", y, zero)));
+  return b.Select(fix, b.Binary("add", r, y), r);
+}
+
+Value FloorDivide(Builder& b, Value x, Value y) {
+  if (!hlo::IsFloat(x.dtype())) {
+    Value q = b.Binary("divide", x, y);
+    if (hlo::IsUnsigned(x.dtype())) return q;
+    Value zero = Zeros(b, q);
+    Value r = b.Binary("remainder", x, y);
+    Value fix = b.Binary("and", b.Compare("NE", r, zero),
+                         b.Compare("NE", b.Compare("LT", r, zero), b.Compare("LT", y, zero)));
+    return b.Select(fix, b.Binary("subtract", q, b.Splat(q.dtype(), 1, q.shape())), q);
+  }
+  // ATen's div_floor_floating: exact for representable quotients.
+  Value mod = b.Binary("remainder", x, y);
+  Value zero = Zeros(b, x);
+  Value div = b.Binary("divide", b.Binary("subtract", x, mod), y);
+  Value adjust = b.Binary("and", b.Compare("NE", mod, zero),
+                          b.Compare("NE", b.Compare("LT", y, zero), b.Compare("LT", mod, zero)));
+  div = b.Select(adjust, b.Binary("subtract", div, b.Splat(x.dtype(), 1, x.shape())), div);
+  Value floordiv = b.Unary("floor", div);
+  Value half = b.Splat(x.dtype(), 0.5, x.shape());
+  floordiv = b.Select(b.Compare("GT", b.Binary("subtract", div, floordiv), half),
+                      b.Binary("add", floordiv, b.Splat(x.dtype(), 1, x.shape())), floordiv);
+  // div == 0: a signed zero with the sign of x / y.
+  Value signed_zero = b.Binary("multiply", zero, b.Binary("divide", x, y));
+  Value result = b.Select(b.Compare("EQ", div, zero), signed_zero, floordiv);
+  // y == 0: x / y (inf or nan), as PyTorch.
+  return b.Select(b.Compare("EQ", y, zero), b.Binary("divide", x, y), result);
+}
+
+Value Trunc(Builder& b, Value x) {
+  if (!hlo::IsFloat(x.dtype())) return x;
+  Value r = b.Unary("floor", b.Unary("abs", x));
+  return b.Select(b.Compare("LT", x, Zeros(b, x)), b.Unary("negate", r), r);
+}
+
+Value Div(Builder& b, Value x, Value y, const std::string& mode) {
+  if (mode == "trunc") {
+    if (!hlo::IsFloat(x.dtype())) return b.Binary("divide", x, y);
+    return Trunc(b, b.Binary("divide", x, y));
+  }
+  if (mode == "floor") return FloorDivide(b, x, y);
+  return b.Binary("divide", x, y);
+}
+
+Value Clamp(Builder& b, Value x, const Value* lo, const Value* hi) {
+  if (lo) x = b.Binary("maximum", x, *lo);
+  if (hi) x = b.Binary("minimum", x, *hi);
+  return x;
+}
+
+Value Sigmoid(Builder& b, Value x) { return b.Unary("logistic", x); }
+
+void RegisterUnary(const std::string& name, Fn1 f) { Register(name, UnaryRule(std::move(f))); }
+void RegisterMath(const std::string& name, const std::string& op) {
+  Register(name, MathRule(op));
+}
+void RegisterArith(const std::string& base, Fn2 f, bool alpha = false) {
+  Register(base + ".Tensor", ArithRule(f, alpha));
+  Register(base + ".Scalar", ArithRule(f, alpha));
+}
+
+const bool registered = [] {
+  // ---- arithmetic
+  auto add = [](Builder& b, Value x, Value y) {
+    return b.Binary(x.dtype() == ElementType::Bool ? "or" : "add", x, y);
+  };
+  auto sub = [](Builder& b, Value x, Value y) { return b.Binary("subtract", x, y); };
+  auto mul = [](Builder& b, Value x, Value y) {
+    return b.Binary(x.dtype() == ElementType::Bool ? "and" : "multiply", x, y);
+  };
+  auto div = [](Builder& b, Value x, Value y) { return b.Binary("divide", x, y); };
+  RegisterArith("add", add, true);
+  RegisterArith("sub", sub, true);
+  Register("rsub.Tensor", ArithRule([](Builder& b, Value x, Value y) {
+             return b.Binary("subtract", y, x);
+           }, true));
+  Register("rsub.Scalar", ArithRule([](Builder& b, Value x, Value y) {
+             return b.Binary("subtract", y, x);
+           }, true));
+  RegisterArith("mul", mul);
+  RegisterArith("div", div);
+  for (const char* overload : {"div.Tensor_mode", "div.Scalar_mode"}) {
+    Register(overload, [](Context& c, const std::vector<Arg>& a) {
+      const TensorType& out = Out(c);
+      ElementType ct = ComputeType(out.dtype);
+      std::string mode = a[2].kind == K::String ? a[2].s : "";
+      Value x = As(c.b, a[0], ct, out.shape), y = As(c.b, a[1], ct, out.shape);
+      return std::vector<Value>{c.b.Convert(Div(c.b, x, y, mode), out.dtype)};
+    });
+  }
+  Register("floor_divide", ArithRule(FloorDivide));
+  Register("floor_divide.Scalar", ArithRule(FloorDivide));
+  RegisterArith("remainder", Remainder);
+  Register("remainder.Scalar_Tensor", ArithRule(Remainder));
+  RegisterArith("fmod", [](Builder& b, Value x, Value y) { return b.Binary("remainder", x, y); });
+  auto pow = [](Builder& b, Value x, Value y) { return b.Binary("power", x, y); };
+  Register("pow.Tensor_Tensor", ArithRule(pow));
+  Register("pow.Tensor_Scalar", ArithRule(pow));
+  Register("pow.Scalar", ArithRule(pow));
+  Register("maximum", ArithRule([](Builder& b, Value x, Value y) { return b.Binary("maximum", x, y); }));
+  Register("minimum", ArithRule([](Builder& b, Value x, Value y) { return b.Binary("minimum", x, y); }));
+  Register("atan2", ArithRule([](Builder& b, Value x, Value y) { return b.Binary("atan2", x, y); }));
+  Register("hypot", ArithRule([](Builder& b, Value x, Value y) {
+             return b.Unary("sqrt", b.Binary("add", b.Binary("multiply", x, x),
+                                              b.Binary("multiply", y, y)));
+           }));
+  Register("copysign.Tensor", ArithRule([](Builder& b, Value x, Value y) {
+             Value ax = b.Unary("abs", x);
+             Value neg = b.Compare("LT", b.Unary("sign", y), Zeros(b, y));
+             // sign of -0.0 and -nan: test the sign bit through 1/y for zeros
+             Value y_neg_zero = b.Binary("and", b.Compare("EQ", y, Zeros(b, y)),
+                                         b.Compare("LT", b.Binary("divide", b.Splat(y.dtype(), 1, y.shape()), y), Zeros(b, y)));
+             return b.Select(b.Binary("or", neg, y_neg_zero), b.Unary("negate", ax), ax);
+           }));
+
+  // ---- comparison
+  const std::pair<const char*, const char*> comparisons[] = {
+      {"eq", "EQ"}, {"ne", "NE"}, {"lt", "LT"}, {"le", "LE"}, {"gt", "GT"}, {"ge", "GE"}};
+  for (const auto& [name, dir] : comparisons) {
+    Register(std::string(name) + ".Tensor", CompareRule(dir));
+    Register(std::string(name) + ".Scalar", CompareRule(dir));
+  }
+
+  // ---- logical and bitwise
+  Register("logical_and", LogicalRule("and"));
+  Register("logical_or", LogicalRule("or"));
+  Register("logical_xor", LogicalRule("xor"));
+  Register("logical_not", [](Context& c, const std::vector<Arg>& a) {
+    const TensorType& out = Out(c);
+    Value x = As(c.b, a[0], ElementType::Bool, out.shape);
+    return std::vector<Value>{c.b.Convert(c.b.Unary("not", x), out.dtype)};
+  });
+  for (const char* op : {"and", "or", "xor"}) {
+    Fn2 f = [op](Builder& b, Value x, Value y) {
+      if (hlo::IsFloat(x.dtype())) throw Unsupported("bitwise op on floats");
+      return b.Binary(op, x, y);
+    };
+    Register(std::string("bitwise_") + op + ".Tensor", ArithRule(f));
+    Register(std::string("bitwise_") + op + ".Scalar", ArithRule(f));
+  }
+  RegisterUnary("bitwise_not", [](Builder& b, Value x) { return b.Unary("not", x); });
+
+  // ---- unary math
+  const std::pair<const char*, const char*> math[] = {
+      {"exp", "exponential"}, {"log", "log"}, {"log1p", "log_plus_one"},
+      {"expm1", "exponential_minus_one"}, {"sqrt", "sqrt"}, {"rsqrt", "rsqrt"},
+      {"sin", "sine"}, {"cos", "cosine"}, {"tan", "tan"}, {"tanh", "tanh"},
+      {"sigmoid", "logistic"}, {"erf", "chlo.erf"}, {"erfinv", "chlo.erf_inv"},
+      {"asin", "chlo.asin"}, {"acos", "chlo.acos"}, {"atan", "chlo.atan"},
+      {"sinh", "chlo.sinh"}, {"cosh", "chlo.cosh"}, {"asinh", "chlo.asinh"},
+      {"acosh", "chlo.acosh"}, {"atanh", "chlo.atanh"}, {"lgamma", "chlo.lgamma"},
+      {"digamma", "chlo.digamma"}};
+  for (const auto& [name, op] : math) RegisterMath(name, op);
+  RegisterUnary("exp2", [](Builder& b, Value x) {
+    return b.Unary("exponential", b.Binary("multiply", x, b.Splat(x.dtype(), M_LN2, x.shape())));
+  });
+  RegisterUnary("log2", [](Builder& b, Value x) {
+    return b.Binary("divide", b.Unary("log", x), b.Splat(x.dtype(), M_LN2, x.shape()));
+  });
+  RegisterUnary("log10", [](Builder& b, Value x) {
+    return b.Binary("divide", b.Unary("log", x), b.Splat(x.dtype(), M_LN10, x.shape()));
+  });
+  RegisterUnary("reciprocal", [](Builder& b, Value x) {
+    return b.Binary("divide", b.Splat(x.dtype(), 1, x.shape()), x);
+  });
+  RegisterUnary("neg", [](Builder& b, Value x) { return b.Unary("negate", x); });
+  RegisterUnary("abs", [](Builder& b, Value x) {
+    return x.dtype() == ElementType::Bool || hlo::IsUnsigned(x.dtype()) ? x : b.Unary("abs", x);
+  });
+  RegisterUnary("sign", [](Builder& b, Value x) {
+    if (x.dtype() == ElementType::Bool) return x;
+    if (hlo::IsUnsigned(x.dtype()))
+      return b.Convert(b.Compare("NE", x, Zeros(b, x)), x.dtype());
+    return b.Unary("sign", x);
+  });
+  RegisterUnary("sgn", [](Builder& b, Value x) { return b.Unary("sign", x); });
+  auto rounding = [](const char* op) {
+    return [op](Builder& b, Value x) { return hlo::IsFloat(x.dtype()) ? b.Unary(op, x) : x; };
+  };
+  RegisterUnary("floor", rounding("floor"));
+  RegisterUnary("ceil", rounding("ceil"));
+  RegisterUnary("round", rounding("round_nearest_even"));
+  RegisterUnary("trunc", Trunc);
+  RegisterUnary("frac", [](Builder& b, Value x) { return b.Binary("subtract", x, Trunc(b, x)); });
+  RegisterUnary("relu", [](Builder& b, Value x) {
+    if (x.dtype() == ElementType::Bool) throw Unsupported("relu on bool");
+    return b.Binary("maximum", x, Zeros(b, x));
+  });
+  RegisterUnary("silu", [](Builder& b, Value x) { return b.Binary("multiply", x, Sigmoid(b, x)); });
+  RegisterUnary("isnan", [](Builder& b, Value x) { return b.Compare("NE", x, x); });
+  Register("isinf", [](Context& c, const std::vector<Arg>& a) {
+    Value x = a[0].tensor;
+    if (!hlo::IsFloat(x.dtype()))
+      return std::vector<Value>{c.b.Splat(ElementType::Bool, 0, x.shape())};
+    Value ax = c.b.Unary("abs", x);
+    return std::vector<Value>{c.b.Compare("EQ", ax, c.b.Splat(x.dtype(), INFINITY, x.shape()))};
+  });
+  Register("isfinite", [](Context& c, const std::vector<Arg>& a) {
+    Value x = a[0].tensor;
+    if (!hlo::IsFloat(x.dtype()))
+      return std::vector<Value>{c.b.Splat(ElementType::Bool, 1, x.shape())};
+    return std::vector<Value>{c.b.Unary("is_finite", x)};
+  });
+
+  // ---- where, clamp
+  Register("where.self", [](Context& c, const std::vector<Arg>& a) {
+    const TensorType& out = Out(c);
+    Value cond = As(c.b, a[0], ElementType::Bool, out.shape);
+    Value x = As(c.b, a[1], out.dtype, out.shape), y = As(c.b, a[2], out.dtype, out.shape);
+    return std::vector<Value>{c.b.Select(cond, x, y)};
+  });
+  Register("where.ScalarOther", [](Context& c, const std::vector<Arg>& a) {
+    const TensorType& out = Out(c);
+    Value cond = As(c.b, a[0], ElementType::Bool, out.shape);
+    Value x = As(c.b, a[1], out.dtype, out.shape), y = As(c.b, a[2], out.dtype, out.shape);
+    return std::vector<Value>{c.b.Select(cond, x, y)};
+  });
+  Register("where.ScalarSelf", [](Context& c, const std::vector<Arg>& a) {
+    const TensorType& out = Out(c);
+    Value cond = As(c.b, a[0], ElementType::Bool, out.shape);
+    Value x = As(c.b, a[1], out.dtype, out.shape), y = As(c.b, a[2], out.dtype, out.shape);
+    return std::vector<Value>{c.b.Select(cond, x, y)};
+  });
+  auto clamp = [](Context& c, const std::vector<Arg>& a) {
+    const TensorType& out = Out(c);
+    ElementType ct = ComputeType(out.dtype);
+    Value x = As(c.b, a[0], ct, out.shape);
+    Value lo, hi;
+    if (!a[1].is_none()) lo = As(c.b, a[1], ct, out.shape);
+    if (a.size() > 2 && !a[2].is_none()) hi = As(c.b, a[2], ct, out.shape);
+    Value r = Clamp(c.b, x, lo.valid() ? &lo : nullptr, hi.valid() ? &hi : nullptr);
+    return std::vector<Value>{c.b.Convert(r, out.dtype)};
+  };
+  Register("clamp", clamp);
+  Register("clamp.Tensor", clamp);
+  auto clamp_max = [](Context& c, const std::vector<Arg>& a) {
+    const TensorType& out = Out(c);
+    ElementType ct = ComputeType(out.dtype);
+    Value x = As(c.b, a[0], ct, out.shape), hi = As(c.b, a[1], ct, out.shape);
+    return std::vector<Value>{c.b.Convert(Clamp(c.b, x, nullptr, &hi), out.dtype)};
+  };
+  Register("clamp_min", ArithRule([](Builder& b, Value x, Value y) { return b.Binary("maximum", x, y); }));
+  Register("clamp_min.Tensor", ArithRule([](Builder& b, Value x, Value y) { return b.Binary("maximum", x, y); }));
+  Register("clamp_max", clamp_max);
+  Register("clamp_max.Tensor", clamp_max);
+  return true;
+}();
+
+}  // namespace
+}  // namespace torch_tpu::lowering

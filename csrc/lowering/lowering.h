@@ -1,0 +1,130 @@
+// The lowering table: ONE rule per ATen op, abstract values in, StableHLO
+// out. Rules know ATen semantics (promotion, broadcasting, dims) but nothing
+// of PJRT or of torch's C++ types, so eager ops, fused chains and
+// torch.compile graphs all call the same rules.
+#pragma once
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "hlo/builder.h"
+
+namespace torch_tpu::lowering {
+
+using hlo::Builder;
+using hlo::ElementType;
+using hlo::TensorType;
+using hlo::Value;
+
+// One argument of an ATen call, in schema order.
+struct Arg {
+  enum class Kind {
+    None,        // an omitted optional
+    Tensor,      // `tensor` holds the (already read) value
+    TensorList,  // `tensors`; an invalid Value stands for None in Tensor?[]
+    Scalar,      // `tensor` is a rank-0 runtime parameter of `scalar_type`
+    Int,         // `i`
+    IntList,     // `ints`
+    Double,      // `d`, baked into the module
+    Bool,        // `i` (0 or 1)
+    String,      // `s`
+    ScalarType,  // `dtype`
+    Generator,   // `tensor` is a ui64[2] runtime parameter (seed, offset)
+  };
+  Kind kind = Kind::None;
+  Value tensor;
+  std::vector<Value> tensors;
+  int64_t i = 0;
+  std::vector<int64_t> ints;
+  double d = 0;
+  std::string s;
+  ElementType dtype = ElementType::F32;
+  // For Scalar: the category of the Python number (Bool, I64 or F64).
+  ElementType scalar_type = ElementType::F64;
+  // For Tensor: a 0-d CPU tensor passed to a device op (PyTorch allows it).
+  bool is_cpu_scalar = false;
+
+  bool is_none() const { return kind == Kind::None; }
+};
+
+// Raised by a rule for inputs it does not handle: the dispatcher then runs
+// the op through the CPU fallback (counted) instead of failing.
+class Unsupported : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct Context {
+  Builder& b;
+  // What the op returns, as computed by PyTorch's meta kernels: the rule must
+  // produce exactly these types (the dispatcher casts dtypes if needed).
+  std::vector<TensorType> outputs;
+  // torch.get_float32_matmul_precision() == "highest".
+  bool fp32_highest = true;
+  std::string op;
+  // Default float dtype (torch.get_default_dtype()).
+  ElementType default_float = ElementType::F32;
+};
+
+using Rule = std::function<std::vector<Value>(Context&, const std::vector<Arg>&)>;
+
+struct RuleEntry {
+  std::string name;                   // "add.Tensor"
+  Rule rule;
+  std::vector<std::string> variants;  // in-place and out= schema names
+};
+
+// Registers `rule` under an ATen schema name ("aten::" omitted) and the
+// in-place / out= variants that compute the same function.
+void Register(const std::string& name, Rule rule, std::vector<std::string> variants = {});
+const RuleEntry* Find(const std::string& name);  // functional or variant name
+std::vector<const RuleEntry*> AllRules();
+
+struct Registrar {
+  Registrar(const std::string& name, Rule rule, std::vector<std::string> variants = {}) {
+    Register(name, std::move(rule), std::move(variants));
+  }
+};
+
+// ---------------------------------------------------------------- helpers
+
+// PyTorch type promotion over the participating args (Tensor and Scalar
+// kinds; others are ignored).
+ElementType ResultType(const std::vector<const Arg*>& args,
+                       ElementType default_float = ElementType::F32);
+ElementType PromoteTypes(ElementType a, ElementType b);
+// Dtype arithmetic runs in: f32 for 16-bit floats (PyTorch's opmath).
+ElementType ComputeType(ElementType t);
+int64_t WrapDim(int64_t dim, int64_t rank);
+// Sorted, wrapped dims; an empty list means all dims.
+std::vector<int64_t> ReduceDims(const std::vector<int64_t>& dims, int64_t rank);
+// Converts and broadcasts an arg (Tensor or Scalar) to type/shape.
+Value As(Builder& b, const Arg& a, ElementType t, const std::vector<int64_t>& shape);
+Value As(Builder& b, Value v, ElementType t, const std::vector<int64_t>& shape);
+std::vector<int64_t> BroadcastShapes(const std::vector<int64_t>& a,
+                                     const std::vector<int64_t>& b);
+
+// ---------------------------------------------------------------- views
+
+// Where a tensor lives inside its storage buffer (a 1-D array holding the
+// whole storage): sizes and strides in elements. The storage offset is a
+// runtime parameter, except when the view is the whole storage.
+struct ViewGeometry {
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  int64_t storage_numel = 0;
+  // sizes/strides contiguous, offset 0, numel == storage_numel: the storage
+  // buffer is the tensor, reshaped (no offset parameter).
+  bool whole = false;
+  std::string key() const;  // for cache keys
+};
+
+// The tensor's value read out of its storage buffer.
+Value ReadView(Builder& b, Value storage, Value offset, const ViewGeometry& g);
+// The storage buffer after writing `update` (shape g.sizes) into the view.
+Value WriteView(Builder& b, Value storage, Value offset, const ViewGeometry& g,
+                Value update);
+
+}  // namespace torch_tpu::lowering
