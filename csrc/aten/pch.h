@@ -1,1 +1,5 @@
-#include "pjrt/pjrt.h"
+// Precompiled header for the ATen translation units.
+#pragma once
+#include <ATen/ATen.h>
+#include <ATen/native/CPUFallback.h>
+#include <torch/library.h>

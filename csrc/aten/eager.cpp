@@ -1,0 +1,813 @@
+// The generic eager dispatcher: every op with a lowering rule is registered
+// for PrivateUse1 with one boxed kernel that turns the ATen call into
+// (rule, abstract inputs), builds a one-op module on a cache miss, and runs
+// it. Scalars, view offsets and RNG states are runtime parameters, so they
+// never cause a recompile.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/native/Resize.h>
+#include <torch/library.h>
+
+#include <unordered_map>
+
+#include "aten/tpu.h"
+
+namespace torch_tpu::aten {
+
+using hlo::ElementType;
+using hlo::TensorType;
+using hlo::Value;
+using lowering::Arg;
+using runtime::DeviceStorage;
+
+namespace {
+
+enum class Variant { Functional, InPlace, Out };
+
+struct OpDesc {
+  std::string name;  // "add.Tensor"
+  const lowering::RuleEntry* rule = nullptr;
+  Variant variant = Variant::Functional;
+  std::vector<size_t> out_args;  // schema indices of out= tensors
+};
+
+std::unordered_map<c10::OperatorName, OpDesc>& Ops() {
+  static auto* ops = new std::unordered_map<c10::OperatorName, OpDesc>();
+  return *ops;
+}
+
+std::string FullName(const c10::FunctionSchema& s) {
+  std::string n = s.name().substr(s.name().find("::") + 2);
+  return s.overload_name().empty() ? n : n + "." + s.overload_name();
+}
+
+// ---------------------------------------------------------------- the plan
+
+// How one call maps onto module parameters and storage writes. Computed for
+// every call (cheap); the module is built from it only on a cache miss.
+struct Param {
+  enum class Kind { Storage, Offset, Scalar, Rng, CpuTensor } kind;
+  size_t storage = 0;        // Storage: index into storages
+  int64_t offset = 0;        // Offset
+  c10::Scalar scalar;        // Scalar
+  ElementType dtype = ElementType::F32;
+  uint64_t rng[2] = {0, 0};  // Rng
+  at::Tensor cpu;            // CpuTensor
+};
+
+struct TensorIn {
+  size_t storage;  // index into storages
+  ElementType dtype;
+  lowering::ViewGeometry geometry;
+  int offset_param = -1;
+  int storage_param = -1;
+};
+
+struct ArgPlan {
+  Arg::Kind kind = Arg::Kind::None;
+  std::vector<int> tensors;  // indices into inputs (-1: None in Tensor?[])
+  int param = -1;            // Scalar / Rng / CpuTensor
+  Arg literal;
+};
+
+struct Dest {
+  at::Tensor tensor;  // undefined for fresh functional outputs
+  size_t storage = 0;
+  lowering::ViewGeometry geometry;
+  int offset_param = -1;
+  ElementType dtype;
+};
+
+struct Plan {
+  std::vector<DeviceStorage*> storages;
+  std::vector<int> storage_param;  // per storage, -1 if not a parameter
+  std::vector<Param> params;
+  std::vector<TensorIn> inputs;
+  std::vector<ArgPlan> args;
+  std::string key;
+  int device = -1;
+  bool any_f64 = false;
+};
+
+size_t StorageIndex(Plan& p, DeviceStorage* s) {
+  for (size_t i = 0; i < p.storages.size(); ++i)
+    if (p.storages[i] == s) return i;
+  p.storages.push_back(s);
+  p.storage_param.push_back(-1);
+  return p.storages.size() - 1;
+}
+
+int AddParam(Plan& p, Param param) {
+  p.params.push_back(std::move(param));
+  return static_cast<int>(p.params.size()) - 1;
+}
+
+int StorageParam(Plan& p, size_t storage) {
+  if (p.storage_param[storage] < 0) {
+    Param q{Param::Kind::Storage};
+    q.storage = storage;
+    q.dtype = p.storages[storage]->dtype;
+    p.storage_param[storage] = AddParam(p, q);
+  }
+  return p.storage_param[storage];
+}
+
+void CheckDevice(Plan& p, const at::Tensor& t, const std::string& op) {
+  int d = t.device().index();
+  if (p.device < 0) p.device = d;
+  TORCH_CHECK(p.device == d, "Expected all tensors to be on the same device, but found at "
+              "least two devices, tpu:", p.device, " and tpu:", d, "! (when checking ",
+              op, ")");
+}
+
+int AddTensor(Plan& p, const at::Tensor& t, const std::string& op) {
+  CheckDevice(p, t, op);
+  ElementType dtype = ToElementType(t.scalar_type(), op.c_str());
+  if (dtype == ElementType::F64) p.any_f64 = true;
+  DeviceStorage* s = StorageOf(t);
+  PrepareStorage(s, dtype);
+  TensorIn in{StorageIndex(p, s), dtype, GeometryOf(t)};
+  in.storage_param = StorageParam(p, in.storage);
+  if (!in.geometry.whole) {
+    Param q{Param::Kind::Offset};
+    q.offset = t.storage_offset();
+    in.offset_param = AddParam(p, q);
+  }
+  p.key += "T" + std::to_string(in.storage) + hlo::Name(dtype) + in.geometry.key();
+  p.inputs.push_back(in);
+  return static_cast<int>(p.inputs.size()) - 1;
+}
+
+ElementType ScalarCategory(const c10::Scalar& s) {
+  if (s.isBoolean()) return ElementType::Bool;
+  if (s.isIntegral(false)) return ElementType::I64;
+  if (s.isFloatingPoint()) return ElementType::F64;
+  throw lowering::Unsupported("complex scalars are not supported natively");
+}
+
+ArgPlan ScalarArg(Plan& p, const c10::Scalar& s) {
+  ArgPlan a;
+  a.kind = Arg::Kind::Scalar;
+  a.literal.scalar_type = ScalarCategory(s);
+  Param q{Param::Kind::Scalar};
+  q.scalar = s;
+  q.dtype = a.literal.scalar_type == ElementType::F64 ? ElementType::F64 : a.literal.scalar_type;
+  a.param = AddParam(p, q);
+  p.key += std::string("S") + hlo::Name(q.dtype);
+  return a;
+}
+
+ArgPlan TensorArg(Plan& p, const at::Tensor& t, const std::string& op) {
+  ArgPlan a;
+  if (t.device().type() == c10::DeviceType::PrivateUse1) {
+    a.kind = Arg::Kind::Tensor;
+    a.tensors.push_back(AddTensor(p, t, op));
+    return a;
+  }
+  TORCH_CHECK(t.device().is_cpu() && t.dim() == 0,
+              "Expected all tensors to be on the same device, but found at least two "
+              "devices, tpu and ", t.device(), "! (when checking argument for ", op, ")");
+  if (t.unsafeGetTensorImpl()->is_wrapped_number()) return ScalarArg(p, t.item());
+  a.kind = Arg::Kind::Tensor;
+  a.literal.is_cpu_scalar = true;
+  Param q{Param::Kind::CpuTensor};
+  q.cpu = t;
+  q.dtype = ToElementType(t.scalar_type(), op.c_str());
+  a.param = AddParam(p, q);
+  p.key += std::string("C") + hlo::Name(q.dtype);
+  return a;
+}
+
+c10::TypePtr Unwrap(const c10::TypePtr& t) {
+  if (t->kind() == c10::TypeKind::OptionalType) return t->castRaw<c10::OptionalType>()->getElementType();
+  return t;
+}
+
+std::vector<int64_t> IntList(const c10::IValue& v) {
+  if (v.isIntList()) return v.toIntVector();
+  std::vector<int64_t> out;
+  for (const auto& e : v.toListRef()) out.push_back(e.isInt() ? e.toInt() : e.toSymInt().expect_int());
+  return out;
+}
+
+ArgPlan PlanArg(Plan& p, const c10::Argument& arg, const c10::IValue& v, const std::string& op) {
+  ArgPlan a;
+  if (v.isNone()) {
+    p.key += "N";
+    return a;
+  }
+  c10::TypePtr type = Unwrap(arg.real_type());
+  switch (type->kind()) {
+    case c10::TypeKind::TensorType:
+      return TensorArg(p, v.toTensor(), op);
+    case c10::TypeKind::NumberType:
+      return ScalarArg(p, v.toScalar());
+    case c10::TypeKind::IntType:
+    case c10::TypeKind::SymIntType:
+      a.kind = Arg::Kind::Int;
+      a.literal.i = v.isInt() ? v.toInt() : v.toSymInt().expect_int();
+      p.key += "I" + std::to_string(a.literal.i);
+      return a;
+    case c10::TypeKind::FloatType:
+      a.kind = Arg::Kind::Double;
+      a.literal.d = v.toDouble();
+      p.key += "D" + std::to_string(a.literal.d);
+      return a;
+    case c10::TypeKind::BoolType:
+      a.kind = Arg::Kind::Bool;
+      a.literal.i = v.toBool();
+      p.key += a.literal.i ? "B1" : "B0";
+      return a;
+    case c10::TypeKind::StringType:
+      a.kind = Arg::Kind::String;
+      a.literal.s = v.toStringRef();
+      p.key += "s" + a.literal.s;
+      return a;
+    case c10::TypeKind::ScalarTypeType:
+      a.kind = Arg::Kind::ScalarType;
+      a.literal.dtype = ToElementType(v.toScalarType(), op.c_str());
+      p.key += std::string("t") + hlo::Name(a.literal.dtype);
+      return a;
+    case c10::TypeKind::MemoryFormatType:
+      p.key += "m" + std::to_string(static_cast<int>(v.toMemoryFormat()));
+      return a;
+    case c10::TypeKind::LayoutType:
+    case c10::TypeKind::DeviceObjType:
+      return a;
+    case c10::TypeKind::GeneratorType: {
+      a.kind = Arg::Kind::Generator;
+      Param q{Param::Kind::Rng};
+      a.param = AddParam(p, q);  // filled in Run() once numel is known
+      p.key += "G";
+      return a;
+    }
+    case c10::TypeKind::ListType: {
+      c10::TypePtr elem = Unwrap(type->castRaw<c10::ListType>()->getElementType());
+      if (elem->kind() == c10::TypeKind::TensorType) {
+        a.kind = Arg::Kind::TensorList;
+        p.key += "[";
+        for (const auto& e : v.toListRef()) {
+          if (e.isNone()) {
+            a.tensors.push_back(-1);
+            p.key += "N";
+            continue;
+          }
+          ArgPlan t = TensorArg(p, e.toTensor(), op);
+          if (t.kind != Arg::Kind::Tensor || t.tensors.empty())
+            throw lowering::Unsupported(op + ": CPU tensors inside a tensor list");
+          a.tensors.push_back(t.tensors[0]);
+        }
+        p.key += "]";
+        return a;
+      }
+      if (elem->kind() == c10::TypeKind::IntType || elem->kind() == c10::TypeKind::SymIntType) {
+        a.kind = Arg::Kind::IntList;
+        a.literal.ints = IntList(v);
+        p.key += "L" + hlo::Ints(a.literal.ints);
+        return a;
+      }
+      if (elem->kind() == c10::TypeKind::BoolType) {
+        a.kind = Arg::Kind::IntList;
+        for (bool b : v.toBoolList()) a.literal.ints.push_back(b);
+        p.key += "L" + hlo::Ints(a.literal.ints);
+        return a;
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  throw lowering::Unsupported(op + ": argument '" + arg.name() + "' of type " + type->str() +
+                              " is not supported natively");
+}
+
+// ---------------------------------------------------------------- cache
+
+struct OutputSpec {
+  std::vector<int64_t> sizes, strides;
+  at::ScalarType dtype;
+};
+
+struct Compiled {
+  pjrt::ExecutablePtr exe;
+  std::vector<OutputSpec> outputs;  // functional results (meta)
+};
+
+std::unordered_map<std::string, Compiled>& Compiled_() {
+  static auto* m = new std::unordered_map<std::string, Compiled>();
+  return *m;
+}
+
+// Output specs from PyTorch's meta kernel for this call.
+std::vector<OutputSpec> MetaOutputs(const c10::OperatorHandle& op,
+                                    const std::vector<c10::IValue>& args) {
+  auto to_meta = [](const c10::IValue& v) -> c10::IValue {
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (t.device().type() != c10::DeviceType::PrivateUse1) return v;
+      return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
+    }
+    if (v.isTensorList()) {
+      std::vector<at::Tensor> out;
+      for (const at::Tensor& t : v.toTensorVector())
+        out.push_back(t.device().type() == c10::DeviceType::PrivateUse1
+                          ? at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta))
+                          : t);
+      return out;
+    }
+    if (v.isList()) {
+      auto list = v.toList();
+      if (list.elementType()->kind() == c10::TypeKind::OptionalType) {
+        c10::List<std::optional<at::Tensor>> out;
+        for (const auto& e : list) {
+          c10::IValue ev = e;
+          if (ev.isNone()) {
+            out.push_back(std::nullopt);
+          } else {
+            const at::Tensor& t = ev.toTensor();
+            out.push_back(t.device().type() == c10::DeviceType::PrivateUse1
+                              ? at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta))
+                              : t);
+          }
+        }
+        return out;
+      }
+    }
+    if (v.isGenerator()) return c10::IValue();
+    if (v.isDevice()) return c10::IValue(c10::Device(at::kMeta));
+    return v;
+  };
+  torch::jit::Stack stack;
+  for (const auto& v : args) stack.push_back(to_meta(v));
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    op.callBoxed(stack);
+  }
+  std::vector<OutputSpec> outs;
+  for (const auto& r : stack) {
+    if (r.isTensor()) {
+      const at::Tensor& t = r.toTensor();
+      outs.push_back({t.sizes().vec(), t.strides().vec(), t.scalar_type()});
+    } else if (r.isTensorList()) {
+      for (const at::Tensor& t : r.toTensorVector())
+        outs.push_back({t.sizes().vec(), t.strides().vec(), t.scalar_type()});
+    } else {
+      throw lowering::Unsupported("op returns a non-tensor value");
+    }
+  }
+  return outs;
+}
+
+std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> strides(sizes.size());
+  int64_t s = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= std::max<int64_t>(sizes[i], 1);
+  }
+  return strides;
+}
+
+std::string PrefixedMessage(const std::string& op, const char* what) {
+  return op + ": " + what;
+}
+
+// ---------------------------------------------------------------- run
+
+// Runs `desc` on `args` (the op's arguments, in schema order) and returns
+// the op's results.
+std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
+                             const std::vector<c10::IValue>& args) {
+  auto& rt = GetRuntime();
+  const auto& schema = op.schema();
+  const std::string& name = desc.name;
+  Plan plan;
+  plan.key = name + "|";
+  std::vector<bool> is_out(args.size(), false);
+  for (size_t i : desc.out_args) is_out[i] = true;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (is_out[i]) {
+      plan.args.emplace_back();
+      continue;
+    }
+    plan.args.push_back(PlanArg(plan, schema.arguments()[i], args[i], name));
+  }
+
+  // Destinations: self for in-place, out= tensors, or fresh tensors.
+  std::vector<at::Tensor> dest_tensors;
+  if (desc.variant == Variant::InPlace) {
+    dest_tensors.push_back(args[0].toTensor());
+  } else if (desc.variant == Variant::Out) {
+    for (size_t i : desc.out_args) {
+      const at::Tensor& t = args[i].toTensor();
+      TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1, name,
+                  ": out= tensor must be on tpu, got ", t.device());
+      CheckDevice(plan, t, name);
+      dest_tensors.push_back(t);
+    }
+  }
+  if (plan.device < 0) plan.device = CurrentDevice();
+  for (const auto& t : dest_tensors)
+    plan.key += "O" + std::to_string(static_cast<int>(t.scalar_type())) + hlo::Ints(t.sizes().vec()) +
+                "/" + hlo::Ints(t.strides().vec());
+
+  // Output specs: cached with the executable (meta only runs on a miss).
+  auto& cache = Compiled_();
+  auto hit = cache.find(plan.key);
+  std::vector<OutputSpec> specs =
+      hit != cache.end() ? hit->second.outputs : MetaOutputs(op, args);
+
+  // Out= tensors take the result's shape (resize like ATen does).
+  if (desc.variant == Variant::Out) {
+    for (size_t i = 0; i < dest_tensors.size() && i < specs.size(); ++i) {
+      if (dest_tensors[i].sizes().vec() != specs[i].sizes) {
+        at::native::resize_output(dest_tensors[i], specs[i].sizes);
+        // geometry changed: redo the plan key and lookup with the new shape
+        return Run(desc, op, args);
+      }
+    }
+  }
+
+  // Writes.
+  std::vector<Dest> dests;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    Dest d;
+    if (desc.variant == Variant::Functional) {
+      d.dtype = ToElementType(specs[i].dtype, name.c_str());
+    } else {
+      d.tensor = dest_tensors.at(i);
+      d.dtype = ToElementType(d.tensor.scalar_type(), name.c_str());
+      DeviceStorage* s = StorageOf(d.tensor);
+      PrepareStorage(s, d.dtype);
+      d.storage = StorageIndex(plan, s);
+      d.geometry = GeometryOf(d.tensor);
+      if (!d.geometry.whole) {
+        StorageParam(plan, d.storage);
+        Param q{Param::Kind::Offset};
+        q.offset = d.tensor.storage_offset();
+        d.offset_param = AddParam(plan, q);
+      } else if (plan.storage_param[d.storage] < 0) {
+        // Fully overwritten and not read: no parameter needed.
+      }
+      plan.key += "W" + std::to_string(d.storage);
+    }
+    dests.push_back(d);
+  }
+
+  // RNG: advance the generator by the number of values drawn.
+  int64_t numel = 1;
+  for (const auto& s : specs)
+    for (int64_t n : s.sizes) numel *= n;
+  for (size_t i = 0; i < plan.args.size(); ++i) {
+    if (plan.args[i].kind != Arg::Kind::Generator) continue;
+    std::optional<at::Generator> gen;
+    if (args[i].isGenerator()) gen = args[i].toGenerator();
+    auto [seed, offset] = NextRngState(gen, plan.device, static_cast<uint64_t>(numel) + 1);
+    plan.params[plan.args[i].param].rng[0] = seed;
+    plan.params[plan.args[i].param].rng[1] = offset;
+  }
+  // Generators appear as None when not given: still need a state param.
+  for (size_t i = 0; i < plan.args.size(); ++i) {
+    if (plan.args[i].kind != Arg::Kind::None || is_out[i]) continue;
+    if (Unwrap(schema.arguments()[i].real_type())->kind() != c10::TypeKind::GeneratorType) continue;
+    plan.args[i].kind = Arg::Kind::Generator;
+    Param q{Param::Kind::Rng};
+    auto [seed, offset] = NextRngState(std::nullopt, plan.device, static_cast<uint64_t>(numel) + 1);
+    q.rng[0] = seed;
+    q.rng[1] = offset;
+    plan.args[i].param = AddParam(plan, q);
+    plan.key += "G";
+  }
+  // Float scalars run in f32 unless an f64 tensor takes part.
+  for (auto& q : plan.params)
+    if (q.kind == Param::Kind::Scalar && q.dtype == ElementType::F64 && !plan.any_f64)
+      q.dtype = ElementType::F32;
+  plan.key += plan.any_f64 ? "|f64" : "|f32";
+
+  // Which storages are written, in order: they are the module's results.
+  std::vector<size_t> written;  // storage indices (existing) ; fresh outputs appended
+  for (const auto& d : dests)
+    if (d.tensor.defined() &&
+        std::find(written.begin(), written.end(), d.storage) == written.end())
+      written.push_back(d.storage);
+
+  auto build = [&]() -> std::string {
+    hlo::Builder b(name == "_tpu_copy" ? "copy" : "op");
+    std::vector<Value> params;
+    for (const auto& q : plan.params) {
+      switch (q.kind) {
+        case Param::Kind::Storage:
+          params.push_back(b.Parameter({plan.storages[q.storage]->dtype,
+                                        {plan.storages[q.storage]->numel()}}));
+          break;
+        case Param::Kind::Offset:
+          params.push_back(b.Parameter({ElementType::I64, {}}));
+          break;
+        case Param::Kind::Scalar:
+        case Param::Kind::CpuTensor:
+          params.push_back(b.Parameter({q.dtype, {}}));
+          break;
+        case Param::Kind::Rng:
+          params.push_back(b.Parameter({ElementType::U64, {2}}));
+          break;
+      }
+    }
+    auto read = [&](int idx) {
+      const TensorIn& in = plan.inputs[idx];
+      Value storage = params[plan.storage_param[in.storage]];
+      Value offset = in.offset_param >= 0 ? params[in.offset_param] : Value();
+      return lowering::ReadView(b, storage, offset, in.geometry);
+    };
+    std::vector<Arg> rule_args;
+    for (size_t i = 0; i < plan.args.size(); ++i) {
+      const ArgPlan& ap = plan.args[i];
+      if (is_out[i]) continue;
+      Arg a = ap.literal;
+      a.kind = ap.kind;
+      if (ap.kind == Arg::Kind::Tensor) {
+        a.tensor = ap.param >= 0 ? params[ap.param] : read(ap.tensors[0]);
+      } else if (ap.kind == Arg::Kind::TensorList) {
+        for (int t : ap.tensors) a.tensors.push_back(t >= 0 ? read(t) : Value());
+      } else if (ap.kind == Arg::Kind::Scalar || ap.kind == Arg::Kind::Generator) {
+        a.tensor = params[ap.param];
+      }
+      rule_args.push_back(a);
+    }
+    lowering::Context ctx{b};
+    ctx.op = name;
+    ctx.fp32_highest = at::globalContext().float32MatmulPrecision() == at::Float32MatmulPrecision::HIGHEST;
+    for (const auto& s : specs)
+      ctx.outputs.push_back(TensorType{ToElementType(s.dtype, name.c_str()), s.sizes});
+    std::vector<Value> results = desc.rule->rule(ctx, rule_args);
+    TORCH_CHECK(results.size() >= specs.size(), name, ": lowering rule returned ",
+                results.size(), " values, expected ", specs.size());
+    std::vector<Value> current(plan.storages.size());
+    for (size_t s = 0; s < plan.storages.size(); ++s)
+      if (plan.storage_param[s] >= 0) current[s] = params[plan.storage_param[s]];
+    std::vector<Value> fresh;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      Value v = results[i];
+      TORCH_CHECK(v.shape() == specs[i].sizes, name, ": lowering rule produced ",
+                  v.type.str(), " but PyTorch expects shape [", hlo::Ints(specs[i].sizes), "]");
+      v = b.Convert(v, dests[i].dtype);
+      if (!dests[i].tensor.defined()) {
+        lowering::ViewGeometry g;
+        g.sizes = specs[i].sizes;
+        g.strides = specs[i].strides;
+        int64_t n = static_cast<int64_t>(
+            at::detail::computeStorageNbytes(specs[i].sizes, specs[i].strides, 1));
+        g.storage_numel = n;
+        g.whole = g.strides == ContiguousStrides(g.sizes) || v.type.numel() == n;
+        if (v.type.numel() == n && g.strides != ContiguousStrides(g.sizes)) g.whole = false;
+        Value base = g.whole ? Value() : b.Splat(v.dtype(), 0, {n});
+        Value zero = g.whole ? Value() : b.ConstantInt(ElementType::I64, 0);
+        fresh.push_back(g.whole ? b.Reshape(v, {n}) : lowering::WriteView(b, base, zero, g, v));
+        continue;
+      }
+      Value offset = dests[i].offset_param >= 0 ? params[dests[i].offset_param] : Value();
+      current[dests[i].storage] =
+          lowering::WriteView(b, current[dests[i].storage], offset, dests[i].geometry, v);
+    }
+    std::vector<Value> outs;
+    for (size_t k = 0; k < written.size(); ++k) {
+      outs.push_back(current[written[k]]);
+      int p = plan.storage_param[written[k]];
+      if (p >= 0) b.SetParameterAttrs(p, "tf.aliasing_output = " + std::to_string(k) + " : i32");
+    }
+    outs.insert(outs.end(), fresh.begin(), fresh.end());
+    b.Return(outs);
+    return b.ToText();
+  };
+
+  pjrt::ExecutablePtr exe;
+  if (hit != cache.end()) {
+    exe = hit->second.exe;
+    ++rt.stats().cache_hits;
+  } else {
+    exe = rt.GetOrCompile(plan.key, plan.device, build);
+    cache[plan.key] = Compiled{exe, specs};
+  }
+
+  // Arguments.
+  std::vector<pjrt::BufferPtr> keep;
+  std::vector<PJRT_Buffer*> buffers;
+  std::vector<int64_t> non_donatable;
+  for (size_t i = 0; i < plan.params.size(); ++i) {
+    const Param& q = plan.params[i];
+    bool donated = false;
+    switch (q.kind) {
+      case Param::Kind::Storage: {
+        DeviceStorage* s = plan.storages[q.storage];
+        keep.push_back(s->buffer);
+        donated = std::find(written.begin(), written.end(), q.storage) != written.end();
+        break;
+      }
+      case Param::Kind::Offset:
+        keep.push_back(rt.UploadInt(q.offset, ElementType::I64, plan.device));
+        break;
+      case Param::Kind::Scalar:
+        if (q.dtype == ElementType::F32 || q.dtype == ElementType::F64)
+          keep.push_back(rt.UploadScalar(q.scalar.toDouble(), q.dtype, plan.device));
+        else
+          keep.push_back(rt.UploadInt(q.dtype == ElementType::Bool ? q.scalar.toBool() : q.scalar.toLong(),
+                                      q.dtype, plan.device));
+        break;
+      case Param::Kind::CpuTensor: {
+        at::Tensor c = q.cpu.contiguous();
+        keep.push_back(rt.Upload(c.data_ptr(), q.dtype, {}, plan.device));
+        break;
+      }
+      case Param::Kind::Rng:
+        keep.push_back(rt.Upload(q.rng, ElementType::U64, {2}, plan.device));
+        break;
+    }
+    buffers.push_back(keep.back()->raw());
+    if (!donated) non_donatable.push_back(static_cast<int64_t>(i));
+  }
+  auto outs = rt.Execute(*exe, buffers, non_donatable, name);
+  ++rt.stats().native_ops[name];
+
+  for (size_t k = 0; k < written.size(); ++k) plan.storages[written[k]]->buffer = outs[k];
+  std::vector<c10::IValue> results;
+  size_t fresh = written.size();
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, plan.device));
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (dests[i].tensor.defined()) {
+      results.push_back(dests[i].tensor);
+      continue;
+    }
+    at::Tensor t = at::empty_strided(
+        specs[i].sizes, specs[i].strides,
+        at::TensorOptions().dtype(specs[i].dtype).device(c10::DeviceType::PrivateUse1, plan.device));
+    DeviceStorage* s = StorageOf(t);
+    s->dtype = dests[i].dtype;
+    s->buffer = outs[fresh++];
+    results.push_back(t);
+  }
+  return results;
+}
+
+void PushResults(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                 std::vector<c10::IValue> results) {
+  const auto& returns = op.schema().returns();
+  if (returns.size() == 1 && returns[0].real_type()->kind() == c10::TypeKind::ListType) {
+    std::vector<at::Tensor> list;
+    for (auto& r : results) list.push_back(r.toTensor());
+    stack->push_back(list);
+    return;
+  }
+  TORCH_CHECK(returns.size() == results.size() || returns.empty(), "internal: ", returns.size(),
+              " returns expected, got ", results.size());
+  if (returns.empty()) return;
+  for (auto& r : results) stack->push_back(std::move(r));
+}
+
+void GenericKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  auto it = Ops().find(op.operator_name());
+  TORCH_INTERNAL_ASSERT(it != Ops().end());
+  const OpDesc& desc = it->second;
+  size_t n = op.schema().arguments().size();
+  std::vector<c10::IValue> args(stack->end() - n, stack->end());
+  try {
+    auto results = Run(desc, op, args);
+    torch::jit::drop(*stack, n);
+    PushResults(op, stack, std::move(results));
+  } catch (const lowering::Unsupported& e) {
+    RecordFallback(desc.name);
+    at::native::cpu_fallback(op, stack);
+  } catch (const pjrt::Error& e) {
+    TORCH_CHECK(false, PrefixedMessage(desc.name, e.what()));
+  } catch (const std::out_of_range& e) {
+    TORCH_CHECK_INDEX(false, PrefixedMessage(desc.name, e.what()));
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK(false, PrefixedMessage(desc.name, e.what()));
+  } catch (const std::logic_error& e) {
+    TORCH_CHECK(false, PrefixedMessage(desc.name, e.what()), " (torch_tpu lowering bug)");
+  }
+}
+
+// ---------------------------------------------------------------- registration
+
+bool IsOutArg(const c10::Argument& a) {
+  return a.kwarg_only() && a.alias_info() && a.alias_info()->isWrite();
+}
+
+OpDesc Describe(const c10::FunctionSchema& schema, const lowering::RuleEntry* rule) {
+  OpDesc d;
+  d.name = FullName(schema);
+  d.rule = rule;
+  for (size_t i = 0; i < schema.arguments().size(); ++i)
+    if (IsOutArg(schema.arguments()[i])) d.out_args.push_back(i);
+  if (!d.out_args.empty()) {
+    d.variant = Variant::Out;
+  } else if (!schema.arguments().empty() && schema.arguments()[0].alias_info() &&
+             schema.arguments()[0].alias_info()->isWrite()) {
+    d.variant = Variant::InPlace;
+  }
+  return d;
+}
+
+// Same argument names and types, ignoring out= args.
+bool SameFunctionalArgs(const c10::FunctionSchema& a, const c10::FunctionSchema& b) {
+  std::vector<const c10::Argument*> x, y;
+  for (const auto& arg : a.arguments())
+    if (!IsOutArg(arg)) x.push_back(&arg);
+  for (const auto& arg : b.arguments())
+    if (!IsOutArg(arg)) y.push_back(&arg);
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (x[i]->name() != y[i]->name() || x[i]->type()->str() != y[i]->type()->str()) return false;
+  return true;
+}
+
+std::vector<std::unique_ptr<torch::Library>>& Libraries() {
+  static auto* libs = new std::vector<std::unique_ptr<torch::Library>>();
+  return *libs;
+}
+
+}  // namespace
+
+void RunInto(const std::string& name, const std::vector<c10::IValue>& inputs,
+             const at::Tensor& dst) {
+  const lowering::RuleEntry* rule = lowering::Find(name);
+  TORCH_CHECK(rule, "no tpu rule ", name);
+  // A synthetic out= call: rule(inputs) written into dst.
+  static c10::OperatorHandle copy_op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::copy_", "");
+  OpDesc desc;
+  desc.name = name;
+  desc.rule = rule;
+  desc.variant = Variant::InPlace;
+  // copy_(Tensor(a!) self, Tensor src, bool non_blocking): self is dst.
+  std::vector<c10::IValue> args{dst, inputs.at(0), false};
+  // The meta result of copy_ is dst's own shape and dtype: what we need.
+  std::vector<c10::IValue> results;
+  try {
+    results = Run(desc, copy_op, args);
+  } catch (const pjrt::Error& e) {
+    TORCH_CHECK(false, PrefixedMessage(name, e.what()));
+  }
+}
+
+void RegisterNativeRules() {
+  auto& dispatcher = c10::Dispatcher::singleton();
+  // Group all schemas by base name once, to find in-place and out= variants.
+  std::unordered_map<std::string, std::vector<c10::OperatorName>> by_base;
+  for (const auto& op_name : dispatcher.getAllOpNames()) {
+    if (op_name.name.rfind("aten::", 0) != 0) continue;
+    std::string base = op_name.name.substr(6);
+    if (!base.empty() && base.back() == '_') base.pop_back();
+    by_base[base].push_back(op_name);
+  }
+  auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
+                                              c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  auto add = [&](const c10::OperatorName& name, const lowering::RuleEntry* rule) {
+    if (Ops().count(name)) return;
+    auto handle = dispatcher.findOp(name);
+    if (!handle) return;
+    Ops()[name] = Describe(handle->schema(), rule);
+    std::string full = FullName(handle->schema());
+    lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&GenericKernel>());
+  };
+  for (const lowering::RuleEntry* rule : lowering::AllRules()) {
+    if (rule->name.rfind("_tpu_", 0) == 0) continue;  // internal
+    std::string base = rule->name.substr(0, rule->name.find('.'));
+    std::string overload =
+        rule->name.find('.') == std::string::npos ? "" : rule->name.substr(rule->name.find('.') + 1);
+    auto handle = dispatcher.findSchema({"aten::" + base, overload});
+    TORCH_CHECK(handle, "torch_tpu: lowering rule for unknown op aten::", rule->name);
+    add(handle->operator_name(), rule);
+    for (const auto& variant : rule->variants) {
+      auto dot = variant.find('.');
+      auto v = dispatcher.findSchema({"aten::" + variant.substr(0, dot),
+                                      dot == std::string::npos ? "" : variant.substr(dot + 1)});
+      TORCH_CHECK(v, "torch_tpu: lowering rule variant for unknown op aten::", variant);
+      add(v->operator_name(), rule);
+    }
+    std::string stem = base;
+    if (!stem.empty() && stem.back() == '_') stem.pop_back();
+    if (handle->schema().is_mutable()) continue;  // rule is itself a variant
+    for (const auto& other : by_base[stem]) {
+      auto h = dispatcher.findOp(other);
+      if (!h || other == handle->operator_name()) continue;
+      const auto& s = h->schema();
+      bool inplace = other.name == "aten::" + stem + "_" && other.overload_name == overload;
+      bool out = !Describe(s, rule).out_args.empty() && other.name == "aten::" + stem &&
+                 SameFunctionalArgs(s, handle->schema()) &&
+                 s.returns().size() == handle->schema().returns().size();
+      if (inplace || out) add(other, rule);
+    }
+  }
+  Libraries().push_back(std::move(lib));
+}
+
+// ---------------------------------------------------------------- internal rules
+
+namespace {
+const lowering::Registrar copy_rule(
+    "_tpu_copy", [](lowering::Context& c, const std::vector<Arg>& a) {
+      const TensorType& out = c.outputs.at(0);
+      return std::vector<Value>{lowering::As(c.b, a.at(1), out.dtype, out.shape)};
+    });
+}  // namespace
+
+}  // namespace torch_tpu::aten

@@ -1,0 +1,42 @@
+// Shared declarations of the ATen glue (PrivateUse1 = "tpu").
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "hlo/builder.h"
+#include "lowering/lowering.h"
+#include "runtime/runtime.h"
+
+namespace torch_tpu::aten {
+
+// Runtime::Get(), initializing it on first use from the configured plugin.
+runtime::Runtime& GetRuntime();
+void ConfigurePlugin(const std::string& path, int cpu_devices);
+
+hlo::ElementType ToElementType(at::ScalarType t, const char* op);
+at::ScalarType ToScalarType(hlo::ElementType t);
+
+// The device storage behind a tpu tensor.
+runtime::DeviceStorage* StorageOf(const at::Tensor& t);
+lowering::ViewGeometry GeometryOf(const at::Tensor& t);
+// Ensures the storage has a buffer of dtype `t` (zeros if never written).
+// Throws lowering::Unsupported if it holds another dtype of another size.
+void PrepareStorage(runtime::DeviceStorage* s, hlo::ElementType t);
+
+int CurrentDevice();
+void SetCurrentDevice(int device);
+
+// Generator state (seed, offset) of `gen` or the default generator of
+// `device`; advances the offset by `increment`.
+std::pair<uint64_t, uint64_t> NextRngState(const std::optional<at::Generator>& gen,
+                                           int device, uint64_t increment);
+
+// Runs the rule registered as `name` (functional form) on `inputs` and
+// writes its first result into `dst` (a tpu tensor), converting dtype and
+// broadcasting. Used by copies.
+void RunInto(const std::string& name, const std::vector<c10::IValue>& inputs,
+             const at::Tensor& dst);
+
+void RecordFallback(const std::string& op);
+
+}  // namespace torch_tpu::aten

@@ -1,0 +1,128 @@
+// Linear algebra rules: mm, bmm, addmm, baddbmm, addbmm, dot, mv, addmv,
+// _addmm_activation. Contractions go through stablehlo.dot_general: f32 at
+// HIGHEST precision when torch.get_float32_matmul_precision() is "highest",
+// 16-bit floats accumulated in f32, integers in their own type (wrapping
+// arithmetic gives the same low bits whatever the accumulator width). The
+// `beta * self + alpha * product` epilogue runs in the compute type and is
+// rounded to the output dtype once, as PyTorch's CPU gemm does.
+#include <cmath>
+
+#include "lowering/lowering.h"
+
+namespace torch_tpu::lowering {
+namespace {
+
+using K = Arg::Kind;
+
+const TensorType& Out(Context& c) { return c.outputs.at(0); }
+
+// The type a contraction of `t` inputs accumulates (and returns) in.
+ElementType AccumulateType(ElementType t) {
+  if (t == ElementType::Bool) throw Unsupported("matmul of bool tensors");
+  return ComputeType(t);
+}
+
+// lhs . rhs contracted over the given dims, in AccumulateType(inputs); the
+// caller converts to the output dtype.
+Value Contract(Context& c, Value lhs, Value rhs, const std::vector<int64_t>& lhs_batch,
+               const std::vector<int64_t>& rhs_batch,
+               const std::vector<int64_t>& lhs_contract,
+               const std::vector<int64_t>& rhs_contract) {
+  ElementType in = PromoteTypes(lhs.dtype(), rhs.dtype());
+  lhs = c.b.Convert(lhs, in);
+  rhs = c.b.Convert(rhs, in);
+  ElementType acc = AccumulateType(in);
+  bool highest = in == ElementType::F64 || (in == ElementType::F32 && c.fp32_highest);
+  return c.b.DotGeneral(lhs, rhs, lhs_batch, rhs_batch, lhs_contract, rhs_contract, acc,
+                        highest);
+}
+
+// A plain product rule: args 0 and 1 contracted, converted to the output.
+Rule ProductRule(std::vector<int64_t> lhs_batch, std::vector<int64_t> rhs_batch,
+                 std::vector<int64_t> lhs_contract, std::vector<int64_t> rhs_contract) {
+  return [=](Context& c, const std::vector<Arg>& a) {
+    const TensorType& out = Out(c);
+    Value p = Contract(c, a[0].tensor, a[1].tensor, lhs_batch, rhs_batch, lhs_contract,
+                       rhs_contract);
+    return std::vector<Value>{c.b.Reshape(c.b.Convert(p, out.dtype), out.shape)};
+  };
+}
+
+// beta * self + alpha * product, with self ignored (even NaN) when beta == 0.
+Value Epilogue(Context& c, const Arg& self, Value product, const Arg& beta,
+               const Arg& alpha, ElementType ct, const std::vector<int64_t>& shape) {
+  Builder& b = c.b;
+  Value p = As(b, product, ct, shape);
+  bool is_bool = ct == ElementType::Bool;
+  if (alpha.kind == K::Scalar)
+    p = b.Binary(is_bool ? "and" : "multiply", p, As(b, alpha, ct, shape));
+  Value s = As(b, self, ct, shape);
+  if (beta.kind != K::Scalar) return b.Binary(is_bool ? "or" : "add", p, s);
+  Value beta_v = b.Convert(beta.tensor, ct);
+  Value beta_zero = b.Compare("EQ", beta_v, b.ConstantInt(ct, 0));
+  Value scaled = b.Binary(is_bool ? "and" : "multiply", s, b.BroadcastTo(beta_v, shape));
+  Value sum = b.Binary(is_bool ? "or" : "add", p, scaled);
+  return b.Select(b.BroadcastTo(beta_zero, shape), p, sum);
+}
+
+// self, m1, m2, beta, alpha: beta * self + alpha * contract(m1, m2).
+Rule AddProductRule(std::vector<int64_t> lhs_batch, std::vector<int64_t> rhs_batch,
+                    std::vector<int64_t> lhs_contract, std::vector<int64_t> rhs_contract,
+                    std::function<Value(Builder&, Value)> activation = nullptr) {
+  return [=](Context& c, const std::vector<Arg>& a) {
+    const TensorType& out = Out(c);
+    ElementType ct = ComputeType(out.dtype);
+    Value p = Contract(c, a[1].tensor, a[2].tensor, lhs_batch, rhs_batch, lhs_contract,
+                       rhs_contract);
+    p = c.b.Reshape(p, out.shape);
+    Arg none;
+    const Arg& beta = a.size() > 3 ? a[3] : none;
+    const Arg& alpha = a.size() > 4 ? a[4] : none;
+    Value r = Epilogue(c, a[0], p, beta, alpha, ct, out.shape);
+    if (activation) {
+      // PyTorch rounds the addmm result before the activation.
+      r = c.b.Convert(c.b.Convert(r, out.dtype), ct);
+      r = activation(c.b, r);
+    }
+    return std::vector<Value>{c.b.Convert(r, out.dtype)};
+  };
+}
+
+Value Relu(Builder& b, Value x) {
+  return b.Binary("maximum", x, b.Splat(x.dtype(), 0, x.shape()));
+}
+
+// gelu(approximate='none'): x * 0.5 * (1 + erf(x / sqrt(2))).
+Value Gelu(Builder& b, Value x) {
+  if (!hlo::IsFloat(x.dtype())) throw Unsupported("gelu of an integer tensor");
+  Value e = b.Op1("chlo.erf", {b.Binary("multiply", x, b.Splat(x.dtype(), M_SQRT1_2, x.shape()))},
+                  x.type);
+  Value one = b.Splat(x.dtype(), 1, x.shape()), half = b.Splat(x.dtype(), 0.5, x.shape());
+  return b.Binary("multiply", b.Binary("multiply", x, half), b.Binary("add", one, e));
+}
+
+const bool registered = [] {
+  // [n, k] x [k, m]
+  Register("mm", ProductRule({}, {}, {1}, {0}));
+  // [b, n, k] x [b, k, m]
+  Register("bmm", ProductRule({0}, {0}, {2}, {1}));
+  // [k] x [k]
+  Register("dot", ProductRule({}, {}, {0}, {0}));
+  Register("vdot", ProductRule({}, {}, {0}, {0}));  // real dtypes: no conjugation
+  // [n, k] x [k]
+  Register("mv", ProductRule({}, {}, {1}, {0}));
+
+  Register("addmm", AddProductRule({}, {}, {1}, {0}));
+  Register("baddbmm", AddProductRule({0}, {0}, {2}, {1}));
+  // sum over the batch: contract batch and k together.
+  Register("addbmm", AddProductRule({}, {}, {0, 2}, {0, 1}));
+  Register("addmv", AddProductRule({}, {}, {1}, {0}));
+  Register("_addmm_activation", [](Context& c, const std::vector<Arg>& a) {
+    bool use_gelu = a.size() > 5 && a[5].kind == K::Bool && a[5].i != 0;
+    return AddProductRule({}, {}, {1}, {0}, use_gelu ? Gelu : Relu)(c, a);
+  });
+  return true;
+}();
+
+}  // namespace
+}  // namespace torch_tpu::lowering

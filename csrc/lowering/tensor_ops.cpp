@@ -1,0 +1,432 @@
+// Tensor manipulation and factory rules: cat, stack, clone, fills, factories
+// (arange, linspace, eye), flip, roll, tril/triu, repeat, masked_fill,
+// indexing (embedding, index_select, gather, scatter, index_add) and
+// constant_pad_nd. Output shapes and dtypes come from ctx.outputs (PyTorch's
+// meta kernels); factory lengths are therefore baked, their start / end /
+// step scalars stay runtime parameters.
+//
+// Indices are used as given: PyTorch raises on out-of-range (and, for these
+// ops, negative) indices, which the rules do not check; XLA clamps gather
+// indices and drops out-of-range scatter updates.
+#include <algorithm>
+#include <numeric>
+
+#include "lowering/lowering.h"
+
+namespace torch_tpu::lowering {
+namespace {
+
+using K = Arg::Kind;
+using E = ElementType;
+
+const TensorType& Out(Context& c) { return c.outputs.at(0); }
+
+std::vector<Value> One(Value v) { return {v}; }
+
+Value Zeros(Builder& b, const TensorType& t) { return b.Splat(t.dtype, 0, t.shape); }
+
+// A scalar (rank-0 value of a Scalar or 0-d Tensor arg) converted and
+// broadcast to `shape`.
+Value Fill(Builder& b, Value scalar, ElementType t, const std::vector<int64_t>& shape) {
+  return b.BroadcastInDim(b.Convert(b.Reshape(scalar, {}), t), shape, {});
+}
+
+std::vector<int64_t> Range(int64_t n) {
+  std::vector<int64_t> v(n);
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+// The combiner of a scatter in dtype t: "add" / "multiply" become logical
+// ops on bool.
+std::string Combiner(const std::string& op, ElementType t) {
+  if (t != E::Bool) return op;
+  if (op == "add") return "or";
+  if (op == "multiply") return "and";
+  return op;
+}
+
+// Full coordinates for an elementwise gather/scatter along `dim`: shape
+// index.shape + [rank]; coordinate d is `index` for d == dim, else the
+// position along d.
+Value Coordinates(Builder& b, Value index, int64_t dim) {
+  std::vector<int64_t> shape = index.shape(), column = shape;
+  column.push_back(1);
+  Value idx = b.Convert(index, E::I64);
+  std::vector<Value> cols;
+  for (int64_t d = 0; d < index.rank(); ++d) {
+    Value v = d == dim ? idx : b.Iota(TensorType{E::I64, shape}, d);
+    cols.push_back(b.Reshape(v, column));
+  }
+  return b.Concatenate(cols, index.rank());
+}
+
+// The rank-0 case of gather / scatter / index ops: view as [1].
+Value AtLeast1d(Builder& b, Value x) { return x.rank() == 0 ? b.Reshape(x, {1}) : x; }
+
+// ---------------------------------------------------------------- joining
+
+std::vector<Value> Cat(Context& c, const std::vector<Arg>& a) {
+  const TensorType& out = Out(c);
+  if (out.numel() == 0) return One(Zeros(c.b, out));
+  int64_t dim = WrapDim(a.size() > 1 ? a[1].i : 0, out.rank());
+  std::vector<Value> parts;
+  // Skips empty inputs, which includes PyTorch's legacy [0]-shaped tensors.
+  for (const Value& v : a[0].tensors)
+    if (v.type.numel() > 0) parts.push_back(c.b.Convert(v, out.dtype));
+  if (parts.empty()) return One(Zeros(c.b, out));
+  return One(c.b.Reshape(c.b.Concatenate(parts, dim), out.shape));
+}
+
+std::vector<Value> Stack(Context& c, const std::vector<Arg>& a) {
+  const TensorType& out = Out(c);
+  if (out.numel() == 0) return One(Zeros(c.b, out));
+  int64_t dim = WrapDim(a.size() > 1 ? a[1].i : 0, out.rank());
+  std::vector<Value> parts;
+  for (const Value& v : a[0].tensors) {
+    std::vector<int64_t> shape = v.shape();
+    shape.insert(shape.begin() + dim, 1);
+    parts.push_back(c.b.Reshape(c.b.Convert(v, out.dtype), shape));
+  }
+  return One(c.b.Concatenate(parts, dim));
+}
+
+// ---------------------------------------------------------------- factories
+
+// arange.start_out(start, end, step): start + i * step, computed in
+// PyTorch's CPU accumulate type (f64 for f32/f64, f32 for 16-bit floats,
+// i64 for integers) then converted.
+std::vector<Value> Arange(Context& c, const std::vector<Arg>& a) {
+  const TensorType& out = Out(c);
+  Builder& b = c.b;
+  if (out.numel() == 0) return One(Zeros(b, out));
+  E acc = hlo::IsFloat(out.dtype) ? (out.dtype == E::F16 || out.dtype == E::BF16 ? E::F32 : E::F64)
+                                  : E::I64;
+  if (out.dtype == E::Bool) throw Unsupported("arange of bool");
+  int64_t n = out.shape.at(0);
+  Value start = Fill(b, a[0].tensor, acc, {n});
+  Value step = a.size() > 2 && !a[2].is_none() ? Fill(b, a[2].tensor, acc, {n})
+                                                : b.Splat(acc, 1, {n});
+  Value i = b.Convert(b.Iota(TensorType{E::I64, {n}}, 0), acc);
+  Value r = b.Binary("add", start, b.Binary("multiply", step, i));
+  return One(b.Reshape(b.Convert(r, out.dtype), out.shape));
+}
+
+// linspace.out(start, end, steps), as ATen's CPU kernel:
+//   step = (end - start) / (steps - 1)
+//   i < steps / 2 ? start + i * step : end - (steps - 1 - i) * step
+// start, end and step in the output type; f32 outputs then evaluate the
+// second line in f64 (the CPU kernel is compiled with FMA contraction, which
+// rounds once); 16-bit floats round after each operation, as c10::Half
+// arithmetic does; integers compute in f64 and truncate.
+std::vector<Value> Linspace(Context& c, const std::vector<Arg>& a) {
+  const TensorType& out = Out(c);
+  Builder& b = c.b;
+  if (out.numel() == 0) return One(Zeros(b, out));
+  if (out.dtype == E::Bool) throw Unsupported("linspace of bool");
+  int64_t n = out.shape.at(0);
+  if (n == 1) return One(b.Reshape(Fill(b, a[0].tensor, out.dtype, {1}), out.shape));
+  bool half = out.dtype == E::F16 || out.dtype == E::BF16;
+  bool integral = !hlo::IsFloat(out.dtype);
+  // The type of start, end and step, and the type the last line runs in.
+  E st = integral ? E::F64 : ComputeType(out.dtype);
+  E ct = out.dtype == E::F32 ? E::F64 : st;
+  // Rounds to the output type where PyTorch's arithmetic does.
+  auto round = [&](Value v) { return half ? b.Convert(b.Convert(v, out.dtype), st) : v; };
+  // start/end: Scalar.to<scalar_t>() first.
+  Value start = b.Convert(Fill(b, a[0].tensor, out.dtype, {n}), st);
+  Value end = b.Convert(Fill(b, a[1].tensor, out.dtype, {n}), st);
+  Value step = round(b.Binary("divide", round(b.Binary("subtract", end, start)),
+                              round(b.Splat(st, static_cast<double>(n - 1), {n}))));
+  start = b.Convert(start, ct);
+  end = b.Convert(end, ct);
+  step = b.Convert(step, ct);
+  Value i = b.Iota(TensorType{E::I64, {n}}, 0);
+  Value fi = round(b.Convert(i, ct));
+  Value rev = round(b.Convert(b.Binary("subtract", b.Splat(E::I64, n - 1, {n}), i), ct));
+  Value lo = b.Binary("add", start, round(b.Binary("multiply", step, fi)));
+  Value hi = b.Binary("subtract", end, round(b.Binary("multiply", step, rev)));
+  Value first_half = b.Compare("LT", i, b.Splat(E::I64, n / 2, {n}));
+  Value r = b.Select(first_half, lo, hi);
+  return One(b.Reshape(b.Convert(r, out.dtype), out.shape));
+}
+
+std::vector<Value> Eye(Context& c, const std::vector<Arg>&) {
+  const TensorType& out = Out(c);
+  Builder& b = c.b;
+  if (out.numel() == 0) return One(Zeros(b, out));
+  TensorType it{E::I64, out.shape};
+  Value diag = b.Compare("EQ", b.Iota(it, 0), b.Iota(it, 1));
+  return One(b.Convert(diag, out.dtype));
+}
+
+// ---------------------------------------------------------------- reordering
+
+std::vector<Value> Flip(Context& c, const std::vector<Arg>& a) {
+  const TensorType& out = Out(c);
+  Value x = c.b.Convert(a[0].tensor, out.dtype);
+  std::vector<int64_t> dims;
+  if (x.rank() > 0) {
+    for (int64_t d : a[1].ints) dims.push_back(WrapDim(d, x.rank()));
+    std::sort(dims.begin(), dims.end());
+    dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
+  }
+  if (out.numel() == 0) return One(Zeros(c.b, out));
+  return One(c.b.Reverse(x, dims));
+}
+
+Value RollDim(Builder& b, Value x, int64_t shift, int64_t dim) {
+  int64_t n = x.shape()[dim];
+  if (n == 0) return x;
+  int64_t s = ((shift % n) + n) % n;
+  if (s == 0) return x;
+  std::vector<int64_t> zero(x.rank(), 0), one(x.rank(), 1), full = x.shape();
+  std::vector<int64_t> tail_start = zero, head_limit = full;
+  tail_start[dim] = n - s;
+  head_limit[dim] = n - s;
+  Value tail = b.Slice(x, tail_start, full, one);
+  Value head = b.Slice(x, zero, head_limit, one);
+  return b.Concatenate({tail, head}, dim);
+}
+
+std::vector<Value> Roll(Context& c, const std::vector<Arg>& a) {
+  const TensorType& out = Out(c);
+  Value x = c.b.Convert(a[0].tensor, out.dtype);
+  if (out.numel() == 0) return One(Zeros(c.b, out));
+  const std::vector<int64_t>& shifts = a[1].ints;
+  std::vector<int64_t> dims = a.size() > 2 ? a[2].ints : std::vector<int64_t>{};
+  if (dims.empty()) {
+    if (shifts.size() != 1) throw std::invalid_argument("roll: shifts and dims mismatch");
+    Value flat = c.b.Reshape(x, {x.type.numel()});
+    return One(c.b.Reshape(RollDim(c.b, flat, shifts[0], 0), out.shape));
+  }
+  if (shifts.size() != dims.size())
+    throw std::invalid_argument("roll: shifts and dimensions must align");
+  for (size_t k = 0; k < dims.size(); ++k)
+    x = RollDim(c.b, x, shifts[k], WrapDim(dims[k], x.rank()));
+  return One(x);
+}
+
+// tril keeps col - row <= diagonal, triu keeps col - row >= diagonal.
+Rule Triangle(bool lower) {
+  return [lower](Context& c, const std::vector<Arg>& a) {
+    const TensorType& out = Out(c);
+    Builder& b = c.b;
+    Value x = b.Convert(a[0].tensor, out.dtype);
+    if (x.rank() < 2) throw std::invalid_argument("tril/triu: input must be at least 2-D");
+    if (out.numel() == 0) return One(Zeros(b, out));
+    int64_t k = a.size() > 1 && a[1].kind == K::Int ? a[1].i : 0;
+    int64_t rows = x.shape()[x.rank() - 2], cols = x.shape()[x.rank() - 1];
+    TensorType it{E::I64, {rows, cols}};
+    Value diff = b.Binary("subtract", b.Iota(it, 1), b.Iota(it, 0));
+    Value mask = b.Compare(lower ? "LE" : "GE", diff, b.Splat(E::I64, k, {rows, cols}));
+    mask = b.BroadcastInDim(mask, x.shape(), {x.rank() - 2, x.rank() - 1});
+    return One(b.Select(mask, x, Zeros(b, x.type)));
+  };
+}
+
+std::vector<Value> Repeat(Context& c, const std::vector<Arg>& a) {
+  const TensorType& out = Out(c);
+  Builder& b = c.b;
+  Value x = b.Convert(a[0].tensor, out.dtype);
+  if (out.numel() == 0) return One(Zeros(b, out));
+  const std::vector<int64_t>& reps = a[1].ints;
+  int64_t n = static_cast<int64_t>(reps.size());
+  if (n < x.rank()) throw std::invalid_argument("repeat: fewer repeats than dimensions");
+  std::vector<int64_t> padded(n - x.rank(), 1);
+  padded.insert(padded.end(), x.shape().begin(), x.shape().end());
+  x = b.Reshape(x, padded);
+  std::vector<int64_t> wide, dims;
+  for (int64_t i = 0; i < n; ++i) {
+    wide.push_back(reps[i]);
+    wide.push_back(padded[i]);
+    dims.push_back(2 * i + 1);
+  }
+  return One(b.Reshape(b.BroadcastInDim(x, wide, dims), out.shape));
+}
+
+// ---------------------------------------------------------------- filling
+
+std::vector<Value> FillRule(Context& c, const std::vector<Arg>& a) {
+  const TensorType& out = Out(c);
+  return One(Fill(c.b, a[1].tensor, out.dtype, out.shape));
+}
+
+std::vector<Value> MaskedFill(Context& c, const std::vector<Arg>& a) {
+  const TensorType& out = Out(c);
+  Builder& b = c.b;
+  Value x = As(b, a[0], out.dtype, out.shape);
+  Value mask = As(b, a[1], E::Bool, out.shape);
+  Value v = Fill(b, a[2].tensor, out.dtype, out.shape);
+  return One(b.Select(mask, v, x));
+}
+
+std::vector<Value> ConstantPadNd(Context& c, const std::vector<Arg>& a) {
+  const TensorType& out = Out(c);
+  Builder& b = c.b;
+  Value x = b.Convert(a[0].tensor, out.dtype);
+  Value value = a.size() > 2 && !a[2].is_none()
+                    ? b.Convert(b.Reshape(a[2].tensor, {}), out.dtype)
+                    : b.ConstantInt(out.dtype, 0);
+  if (out.numel() == 0) return One(Zeros(b, out));
+  if (x.type.numel() == 0) return One(b.BroadcastInDim(value, out.shape, {}));
+  const std::vector<int64_t>& pad = a[1].ints;
+  if (pad.size() % 2 != 0 || static_cast<int64_t>(pad.size()) > 2 * x.rank())
+    throw std::invalid_argument("constant_pad_nd: bad padding length");
+  std::vector<int64_t> low(x.rank(), 0), high(x.rank(), 0), interior(x.rank(), 0);
+  for (size_t j = 0; j < pad.size() / 2; ++j) {
+    int64_t d = x.rank() - 1 - static_cast<int64_t>(j);
+    low[d] = pad[2 * j];
+    high[d] = pad[2 * j + 1];
+  }
+  return One(b.Reshape(b.Pad(x, value, low, high, interior), out.shape));
+}
+
+// ---------------------------------------------------------------- indexing
+
+// embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse):
+// rows of weight. padding_idx only matters to the backward.
+std::vector<Value> Embedding(Context& c, const std::vector<Arg>& a) {
+  const TensorType& out = Out(c);
+  Builder& b = c.b;
+  if (out.numel() == 0) return One(Zeros(b, out));
+  Value w = a[0].tensor, idx = a[1].tensor;
+  std::vector<int64_t> shape = idx.shape();
+  shape.push_back(1);
+  Value rows = b.Gather(w, b.Reshape(idx, shape), {0});
+  return One(b.Reshape(b.Convert(rows, out.dtype), out.shape));
+}
+
+// index_select(self, dim, index): gather along dim, then move the index axis
+// (first in the gather result) back to `dim`.
+std::vector<Value> IndexSelect(Context& c, const std::vector<Arg>& a) {
+  const TensorType& out = Out(c);
+  Builder& b = c.b;
+  if (out.numel() == 0) return One(Zeros(b, out));
+  Value x = AtLeast1d(b, a[0].tensor);
+  int64_t dim = WrapDim(a[1].i, x.rank());
+  Value idx = a[2].tensor;
+  int64_t n = idx.type.numel();
+  Value g = b.Gather(x, b.Reshape(idx, {n, 1}), {dim});
+  std::vector<int64_t> perm;
+  for (int64_t i = 0; i < x.rank(); ++i) perm.push_back(i < dim ? i + 1 : i == dim ? 0 : i);
+  return One(b.Reshape(b.Convert(b.Transpose(g, perm), out.dtype), out.shape));
+}
+
+// gather(self, dim, index): out[p] = self[p with p[dim] = index[p]].
+std::vector<Value> GatherRule(Context& c, const std::vector<Arg>& a) {
+  const TensorType& out = Out(c);
+  Builder& b = c.b;
+  if (out.numel() == 0) return One(Zeros(b, out));
+  Value x = AtLeast1d(b, a[0].tensor), idx = AtLeast1d(b, a[2].tensor);
+  int64_t dim = WrapDim(a[1].i, x.rank());
+  Value g = b.Gather(x, Coordinates(b, idx, dim), Range(x.rank()));
+  return One(b.Reshape(b.Convert(g, out.dtype), out.shape));
+}
+
+// scatter family: out = self; out[p with p[dim] = index[p]] (op)= src[p] for
+// p over index's shape. `src` is sliced to index's shape (PyTorch allows a
+// larger src). Runs in the compute type for add (so bf16 adds round once
+// per update, as PyTorch's CPU loop does).
+Value ScatterAlong(Builder& b, const TensorType& out, Value self, int64_t dim_arg, Value index,
+                   Value updates, const std::string& op) {
+  bool accumulate = op != "assign";
+  ElementType t = accumulate ? ComputeType(out.dtype) : out.dtype;
+  Value x = AtLeast1d(b, b.Convert(self, t));
+  Value idx = AtLeast1d(b, index);
+  if (idx.type.numel() == 0) return b.Reshape(b.Convert(x, out.dtype), out.shape);
+  int64_t dim = WrapDim(dim_arg, x.rank());
+  Value u = AtLeast1d(b, b.Convert(updates, t));
+  if (u.shape() != idx.shape())
+    u = b.Slice(u, std::vector<int64_t>(u.rank(), 0), idx.shape(),
+                std::vector<int64_t>(u.rank(), 1));
+  Value r = b.Scatter(x, Coordinates(b, idx, dim), u, Range(x.rank()), Combiner(op, t));
+  return b.Reshape(b.Convert(r, out.dtype), out.shape);
+}
+
+std::string ReduceOp(const std::string& reduce) {
+  if (reduce == "add" || reduce == "sum") return "add";
+  if (reduce == "multiply" || reduce == "prod") return "multiply";
+  throw Unsupported("scatter reduce=" + reduce);
+}
+
+// index_add(self, dim, index, source, alpha): out.select(dim, index[i]) +=
+// alpha * source.select(dim, i).
+std::vector<Value> IndexAdd(Context& c, const std::vector<Arg>& a) {
+  const TensorType& out = Out(c);
+  Builder& b = c.b;
+  ElementType ct = ComputeType(out.dtype);
+  Value x = AtLeast1d(b, b.Convert(a[0].tensor, ct));
+  Value idx = a[2].tensor;
+  int64_t n = idx.type.numel();
+  if (n == 0 || out.numel() == 0) return One(b.Reshape(b.Convert(x, out.dtype), out.shape));
+  int64_t dim = WrapDim(a[1].i, x.rank());
+  Value src = b.Convert(a[3].tensor, ct);
+  std::vector<int64_t> src_shape = x.shape();
+  src_shape[dim] = n;
+  src = b.Reshape(src, src_shape);
+  if (a.size() > 4 && a[4].kind == K::Scalar)
+    src = b.Binary(ct == E::Bool ? "and" : "multiply", src, Fill(b, a[4].tensor, ct, src_shape));
+  std::vector<int64_t> perm{dim};
+  for (int64_t i = 0; i < x.rank(); ++i)
+    if (i != dim) perm.push_back(i);
+  Value u = b.Transpose(src, perm);
+  Value r = b.Scatter(x, b.Reshape(idx, {n, 1}), u, {dim}, Combiner("add", ct));
+  return One(b.Reshape(b.Convert(r, out.dtype), out.shape));
+}
+
+const bool registered = [] {
+  Register("cat", Cat);
+  Register("stack", Stack);
+  Register("clone", [](Context& c, const std::vector<Arg>& a) {
+    const TensorType& out = Out(c);
+    return One(c.b.Reshape(c.b.Convert(a[0].tensor, out.dtype), out.shape));
+  });
+
+  Register("fill.Scalar", FillRule);
+  Register("fill.Tensor", FillRule);
+  Register("zero", [](Context& c, const std::vector<Arg>&) { return One(Zeros(c.b, Out(c))); });
+  Register("arange.start_out", Arange);
+  Register("linspace.out", Linspace);
+  Register("eye.out", Eye);
+  Register("eye.m_out", Eye);
+
+  Register("flip", Flip);
+  Register("roll", Roll);
+  Register("tril", Triangle(true));
+  Register("triu", Triangle(false));
+  Register("repeat", Repeat);
+  Register("masked_fill.Scalar", MaskedFill);
+  Register("masked_fill.Tensor", MaskedFill);
+  Register("constant_pad_nd", ConstantPadNd);
+
+  Register("embedding", Embedding);
+  Register("index_select", IndexSelect);
+  Register("gather", GatherRule);
+  Register("scatter.src", [](Context& c, const std::vector<Arg>& a) {
+    return One(ScatterAlong(c.b, Out(c), a[0].tensor, a[1].i, a[2].tensor, a[3].tensor,
+                            "assign"));
+  });
+  Register("scatter.value", [](Context& c, const std::vector<Arg>& a) {
+    const TensorType& out = Out(c);
+    Value v = Fill(c.b, a[3].tensor, out.dtype, a[2].tensor.shape());
+    return One(ScatterAlong(c.b, out, a[0].tensor, a[1].i, a[2].tensor, v, "assign"));
+  });
+  Register("scatter_add", [](Context& c, const std::vector<Arg>& a) {
+    return One(ScatterAlong(c.b, Out(c), a[0].tensor, a[1].i, a[2].tensor, a[3].tensor, "add"));
+  });
+  Register("scatter.reduce", [](Context& c, const std::vector<Arg>& a) {
+    return One(ScatterAlong(c.b, Out(c), a[0].tensor, a[1].i, a[2].tensor, a[3].tensor,
+                            ReduceOp(a[4].s)));
+  });
+  Register("scatter.value_reduce", [](Context& c, const std::vector<Arg>& a) {
+    const TensorType& out = Out(c);
+    Value v = Fill(c.b, a[3].tensor, out.dtype, a[2].tensor.shape());
+    return One(ScatterAlong(c.b, out, a[0].tensor, a[1].i, a[2].tensor, v, ReduceOp(a[4].s)));
+  });
+  Register("index_add", IndexAdd);
+  return true;
+}();
+
+}  // namespace
+}  // namespace torch_tpu::lowering

@@ -1,0 +1,189 @@
+#include "runtime/runtime.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+namespace torch_tpu::runtime {
+
+namespace {
+std::unique_ptr<Runtime>& Instance() {
+  static std::unique_ptr<Runtime> instance;
+  return instance;
+}
+}  // namespace
+
+pjrt::BufferType ToPjrt(hlo::ElementType t) {
+  using B = pjrt::BufferType;
+  using E = hlo::ElementType;
+  switch (t) {
+    case E::Bool: return B::Pred;
+    case E::I8: return B::S8;
+    case E::I16: return B::S16;
+    case E::I32: return B::S32;
+    case E::I64: return B::S64;
+    case E::U8: return B::U8;
+    case E::U16: return B::U16;
+    case E::U32: return B::U32;
+    case E::U64: return B::U64;
+    case E::F16: return B::F16;
+    case E::BF16: return B::BF16;
+    case E::F32: return B::F32;
+    case E::F64: return B::F64;
+  }
+  return B::Invalid;
+}
+
+void Runtime::Initialize(const std::string& plugin_path, int cpu_device_count) {
+  auto& inst = Instance();
+  if (inst) return;
+  inst.reset(new Runtime(plugin_path, cpu_device_count));
+}
+
+bool Runtime::IsInitialized() { return Instance() != nullptr; }
+
+Runtime& Runtime::Get() {
+  auto& inst = Instance();
+  if (!inst) throw pjrt::Error("torch_tpu runtime used before initialization");
+  return *inst;
+}
+
+Runtime::Runtime(const std::string& plugin_path, int cpu_device_count)
+    : plugin_path_(plugin_path) {
+  api_ = pjrt::Api::Load(plugin_path);
+  std::vector<std::pair<std::string, int64_t>> options;
+  // Only the CPU plugin knows cpu_device_count; others reject unknown options.
+  if (plugin_path.find("cpu") != std::string::npos)
+    options.emplace_back("cpu_device_count", cpu_device_count);
+  client_ = std::make_unique<pjrt::Client>(api_, options);
+  if (client_->devices().empty())
+    throw pjrt::Error("PJRT plugin " + plugin_path + " reports no addressable devices");
+  memory_.resize(client_->devices().size());
+  const char* blocking = std::getenv("TORCH_TPU_LAUNCH_BLOCKING");
+  launch_blocking_ = blocking && std::string(blocking) == "1";
+}
+
+std::string Runtime::platform() const {
+  const std::string& name = client_->platform_name();
+  if (name == "cuda" || name == "gpu" || name == "rocm") return "cuda";
+  if (name == "tpu") return "tpu";
+  return name;
+}
+
+pjrt::ExecutablePtr Runtime::GetOrCompile(const std::string& key, int device,
+                                          const std::function<std::string()>& build) {
+  std::string full_key = std::to_string(device) + "|" + key;
+  auto it = cache_.find(full_key);
+  if (it != cache_.end()) {
+    ++stats_.cache_hits;
+    return it->second;
+  }
+  std::string text = build();
+  auto start = std::chrono::steady_clock::now();
+  pjrt::ExecutablePtr exe;
+  try {
+    exe = client_->Compile(text, device);
+  } catch (const pjrt::Error& e) {
+    // Keep the module for the bug report.
+    std::string path = "/tmp/torch_tpu_failed_module_" +
+                       std::to_string(std::hash<std::string>()(text)) + ".mlir";
+    std::ofstream(path) << text;
+    throw pjrt::Error(std::string(e.what()) + " (module saved to " + path + ")", e.code());
+  }
+  stats_.compile_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ++stats_.compiles;
+  cache_.emplace(full_key, exe);
+  return exe;
+}
+
+std::vector<pjrt::BufferPtr> Runtime::Execute(const pjrt::Executable& exe,
+                                              const std::vector<PJRT_Buffer*>& args,
+                                              const std::vector<int64_t>& non_donatable,
+                                              const std::string& op) {
+  auto outs = exe.Execute(args, non_donatable);
+  ++stats_.executions;
+  if (launch_blocking_) {
+    try {
+      for (auto& b : outs) b->AwaitReady();
+    } catch (const pjrt::Error& e) {
+      throw pjrt::Error(op + " failed on the device: " + e.what(), e.code());
+    }
+    return outs;
+  }
+  // Remember a few outputs so synchronize() can wait for them; drop the
+  // entries of buffers already gone.
+  if (pending_.size() > 256) {
+    std::vector<std::weak_ptr<pjrt::Buffer>> live;
+    for (auto& w : pending_)
+      if (auto b = w.lock(); b && !b->IsDeleted()) live.push_back(w);
+    pending_.swap(live);
+  }
+  for (auto& b : outs) pending_.push_back(b);
+  return outs;
+}
+
+void Runtime::Synchronize(int /*device*/) {
+  std::vector<std::weak_ptr<pjrt::Buffer>> pending;
+  pending.swap(pending_);
+  for (auto& w : pending) {
+    if (auto b = w.lock()) {
+      if (!b->IsDeleted()) b->AwaitReady();
+    }
+  }
+}
+
+pjrt::BufferPtr Runtime::Upload(const void* data, hlo::ElementType t,
+                                const std::vector<int64_t>& dims, int device) {
+  ++stats_.transfers_to_device;
+  return client_->FromHost(data, ToPjrt(t), dims, device);
+}
+
+pjrt::BufferPtr Runtime::UploadScalar(double v, hlo::ElementType t, int device) {
+  using E = hlo::ElementType;
+  switch (t) {
+    case E::F64: return client_->FromHost(&v, ToPjrt(t), {}, device);
+    case E::F32: {
+      float f = static_cast<float>(v);
+      return client_->FromHost(&f, ToPjrt(t), {}, device);
+    }
+    default: return UploadInt(static_cast<int64_t>(v), t, device);
+  }
+}
+
+pjrt::BufferPtr Runtime::UploadInt(int64_t v, hlo::ElementType t, int device) {
+  using E = hlo::ElementType;
+  switch (t) {
+    case E::Bool: {
+      uint8_t b = v != 0;
+      return client_->FromHost(&b, ToPjrt(t), {}, device);
+    }
+    case E::I32: {
+      int32_t i = static_cast<int32_t>(v);
+      return client_->FromHost(&i, ToPjrt(t), {}, device);
+    }
+    case E::U64:
+    case E::I64: return client_->FromHost(&v, ToPjrt(t), {}, device);
+    default: return UploadScalar(static_cast<double>(v), t, device);
+  }
+}
+
+pjrt::BufferPtr Runtime::Zeros(hlo::ElementType t, int64_t numel, int device) {
+  std::string key = std::string("zeros|") + hlo::Name(t) + "|" + std::to_string(numel);
+  auto exe = GetOrCompile(key, device, [&] {
+    hlo::Builder b("zeros");
+    b.Return({b.Splat(t, 0, {numel})});
+    return b.ToText();
+  });
+  return Execute(*exe, {}, {}, "zeros")[0];
+}
+
+void Runtime::Download(const pjrt::Buffer& buffer, void* dst, size_t nbytes) {
+  ++stats_.transfers_to_host;
+  if (nbytes == 0) return;
+  buffer.ToHost(dst, nbytes);
+}
+
+}  // namespace torch_tpu::runtime

@@ -1,0 +1,106 @@
+// Device runtime: the process-wide PJRT client, device storage, the
+// compilation cache, execution (async by default, synchronous in debug
+// mode) and statistics. Knows PJRT, not ATen op semantics.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "hlo/builder.h"
+#include "pjrt/pjrt.h"
+
+namespace torch_tpu::runtime {
+
+pjrt::BufferType ToPjrt(hlo::ElementType t);
+
+// The bytes of one PyTorch storage on one device. The current value is an
+// immutable PJRT buffer holding a 1-D array of `dtype` covering all bytes;
+// writes replace it. No buffer yet means never written (reads see zeros).
+struct DeviceStorage {
+  int device = 0;
+  size_t nbytes = 0;
+  hlo::ElementType dtype = hlo::ElementType::U8;
+  pjrt::BufferPtr buffer;
+  int64_t numel() const { return static_cast<int64_t>(nbytes / hlo::ByteSize(dtype)); }
+};
+
+struct Stats {
+  int64_t compiles = 0;
+  int64_t cache_hits = 0;
+  int64_t executions = 0;
+  double compile_seconds = 0;
+  int64_t transfers_to_device = 0;
+  int64_t transfers_to_host = 0;
+  std::map<std::string, int64_t> fallbacks;  // op name -> count
+  std::map<std::string, int64_t> native_ops;  // op name -> count
+};
+
+struct MemoryCounters {
+  int64_t allocated = 0;
+  int64_t peak = 0;
+  int64_t num_allocs = 0;
+  int64_t num_frees = 0;
+};
+
+class Runtime {
+ public:
+  // Loads the plugin at `plugin_path` and creates the client. Must be called
+  // once before Get(); later calls with the same path are no-ops.
+  static void Initialize(const std::string& plugin_path, int cpu_device_count);
+  static bool IsInitialized();
+  static Runtime& Get();
+
+  const pjrt::Client& client() const { return *client_; }
+  int device_count() const { return static_cast<int>(client_->devices().size()); }
+  // "cpu", "cuda" or "tpu" (from the plugin's platform name).
+  std::string platform() const;
+  const std::string& plugin_path() const { return plugin_path_; }
+
+  // Compiled executable for `key`, compiling build() on a miss. Throws
+  // pjrt::Error (with the module saved to a file named in the message).
+  pjrt::ExecutablePtr GetOrCompile(const std::string& key, int device,
+                                   const std::function<std::string()>& build);
+  // Runs and records outputs for synchronize(); in launch-blocking mode waits
+  // for completion and reports the op that failed.
+  std::vector<pjrt::BufferPtr> Execute(const pjrt::Executable& exe,
+                                       const std::vector<PJRT_Buffer*>& args,
+                                       const std::vector<int64_t>& non_donatable,
+                                       const std::string& op);
+  // Waits for all work issued so far (on `device`, or all devices if < 0).
+  void Synchronize(int device = -1);
+
+  pjrt::BufferPtr Upload(const void* data, hlo::ElementType t,
+                         const std::vector<int64_t>& dims, int device);
+  pjrt::BufferPtr UploadScalar(double v, hlo::ElementType t, int device);
+  pjrt::BufferPtr UploadInt(int64_t v, hlo::ElementType t, int device);
+  // A buffer of zeros, 1-D, numel elements (a cached tiny program).
+  pjrt::BufferPtr Zeros(hlo::ElementType t, int64_t numel, int device);
+  void Download(const pjrt::Buffer& buffer, void* dst, size_t nbytes);
+
+  Stats& stats() { return stats_; }
+  void ResetStats() { stats_ = Stats(); }
+  MemoryCounters& memory(int device) { return memory_.at(device); }
+  bool launch_blocking() const { return launch_blocking_; }
+  void set_launch_blocking(bool v) { launch_blocking_ = v; }
+  size_t cache_size() const { return cache_.size(); }
+  void ClearCache() { cache_.clear(); }
+
+ private:
+  Runtime(const std::string& plugin_path, int cpu_device_count);
+  std::string plugin_path_;
+  std::shared_ptr<const pjrt::Api> api_;
+  std::unique_ptr<pjrt::Client> client_;
+  std::unordered_map<std::string, pjrt::ExecutablePtr> cache_;
+  std::vector<std::weak_ptr<pjrt::Buffer>> pending_;
+  std::vector<MemoryCounters> memory_;
+  Stats stats_;
+  bool launch_blocking_ = false;
+};
+
+}  // namespace torch_tpu::runtime

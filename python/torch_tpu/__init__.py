@@ -1,0 +1,63 @@
+"""torch_tpu: PyTorch's "tpu" device, native (PrivateUse1) over PJRT.
+
+Importing torch is enough: the ``torch.backends`` entry point loads this
+package, which names the PrivateUse1 backend "tpu", registers ``torch.tpu``
+and ``torch.backends.tpu``, and configures the PJRT plugin (loaded lazily on
+first use).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+import torch
+
+from . import _plugin
+
+_initialized = False
+
+
+def _setup() -> None:
+    global _initialized
+    if _initialized:
+        return
+    _initialized = True
+    from . import _C  # noqa: F401  (loads the kernels)
+
+    torch.utils.rename_privateuse1_backend("tpu")
+    try:
+        plugin = _plugin.resolve()
+    except _plugin.PluginNotFoundError as e:
+        plugin = ""
+    cpu_devices = int(os.environ.get("TORCH_TPU_CPU_DEVICES", "1"))
+    if cpu_devices < 1:
+        raise ValueError("TORCH_TPU_CPU_DEVICES must be >= 1")
+    _C._configure(plugin, cpu_devices)
+    _C._register()
+
+    from . import device as _device_module
+
+    torch._register_device_module("tpu", _device_module)
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+    )
+    backends = types.ModuleType("torch.backends.tpu")
+    backends.__doc__ = "torch_tpu backend flags (mirrors torch.backends.cuda where it applies)."
+    backends.is_built = lambda: True  # type: ignore[attr-defined]
+    backends.is_available = _device_module.is_available  # type: ignore[attr-defined]
+    sys.modules["torch.backends.tpu"] = backends
+    torch.backends.tpu = backends  # type: ignore[attr-defined]
+
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group (runs on ``import torch``)."""
+    _setup()
+
+
+_setup()
+
+from . import debug  # noqa: E402
+from .device import get_platform  # noqa: E402,F401
+
+__all__ = ["debug", "get_platform"]
