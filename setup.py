@@ -1,5 +1,10 @@
-"""Builds the C++ core (CMake, against the installed torch) into torch_tpu/_C."""
+"""Builds the C++ core (CMake, against the installed torch) into torch_tpu/_C.
+
+The extension is always built into python/torch_tpu (so that `ninja -C build`
+keeps working for development) and copied to where setuptools wants it.
+"""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -7,19 +12,23 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+PACKAGE_DIR = os.path.join(ROOT, "python", "torch_tpu")
 
 
 class CMakeBuild(build_ext):
     def build_extension(self, ext):
-        out_dir = os.path.dirname(os.path.abspath(self.get_ext_fullpath(ext.name)))
         build_dir = os.environ.get("TORCH_TPU_BUILD_DIR", os.path.join(ROOT, "build"))
-        cfg = [
+        subprocess.check_call([
             "cmake", "-S", ROOT, "-B", build_dir, "-G", "Ninja",
             f"-DPython_EXECUTABLE={sys.executable}",
-            f"-DTORCH_TPU_OUTPUT_DIR={out_dir}",
-        ]
-        subprocess.check_call(cfg)
+            f"-DTORCH_TPU_OUTPUT_DIR={PACKAGE_DIR}",
+        ])
         subprocess.check_call(["cmake", "--build", build_dir])
+        target = os.path.abspath(self.get_ext_fullpath(ext.name))
+        built = os.path.join(PACKAGE_DIR, os.path.basename(target))
+        if os.path.abspath(built) != target:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copyfile(built, target)
 
 
 setup(ext_modules=[Extension("torch_tpu._C", sources=[])], cmdclass={"build_ext": CMakeBuild})
