@@ -564,9 +564,9 @@ at::Scalar LocalScalarDense(const at::Tensor& self) {
 // ------------------------------------------------------------------ fallback
 
 void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  RecordFallback(op.schema().operator_name().name + (op.schema().overload_name().empty()
-                                                         ? ""
-                                                         : "." + op.schema().overload_name()));
+  const auto& schema = op.schema();
+  std::string name = schema.name().substr(schema.name().find("::") + 2);
+  RecordFallback(schema.overload_name().empty() ? name : name + "." + schema.overload_name());
   at::native::cpu_fallback(op, stack);
 }
 

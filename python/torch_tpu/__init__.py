@@ -23,6 +23,8 @@ def _setup() -> None:
     if _initialized:
         return
     _initialized = True
+    # XLA's informational logging (one line per client) is noise for users.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     from . import _C  # noqa: F401  (loads the kernels)
 
     torch.utils.rename_privateuse1_backend("tpu")

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs everything torch_tpu needs on a fresh Debian machine, then builds
+# and installs torch_tpu itself (editable). Idempotent: a second run only
+# rebuilds what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+for pkg in cmake ninja-build ccache g++ libgtest-dev; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
+if [ ${#need_apt[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+PY="${PYTHON:-python3}"
+# torch is pinned: any range would pull a multi-GB CUDA build.
+"$PY" -m pip install -q torch==2.13.0 xla-cpu-pjrt numpy pytest
+# Build against the installed torch: no isolated build env (it would
+# download another torch).
+"$PY" -m pip install -q --no-build-isolation --no-deps -e .
