@@ -411,6 +411,39 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
     plan.key += "O" + std::to_string(static_cast<int>(t.scalar_type())) + hlo::Ints(t.sizes().vec()) +
                 "/" + hlo::Ints(t.strides().vec());
 
+  // Writes into existing tensors (in-place self, out= tensors).
+  std::vector<Dest> dests;
+  for (const at::Tensor& t : dest_tensors) {
+    Dest d;
+    d.tensor = t;
+    d.dtype = ToElementType(t.scalar_type(), name.c_str());
+    DeviceStorage* s = StorageOf(t);
+    PrepareStorage(s, d.dtype);
+    d.storage = StorageIndex(plan, s);
+    d.geometry = GeometryOf(t);
+    if (!d.geometry.whole) {  // a partial write needs the old storage value
+      StorageParam(plan, d.storage);
+      Param q{Param::Kind::Offset};
+      q.offset = t.storage_offset();
+      d.offset_param = AddParam(plan, q);
+    }
+    plan.key += "W" + std::to_string(d.storage) + d.geometry.key();
+    dests.push_back(d);
+  }
+  // Generators appear as None when not given: they still need a state param.
+  for (size_t i = 0; i < plan.args.size(); ++i) {
+    if (plan.args[i].kind != Arg::Kind::None || is_out[i]) continue;
+    if (Unwrap(schema.arguments()[i].real_type())->kind() != c10::TypeKind::GeneratorType) continue;
+    plan.args[i].kind = Arg::Kind::Generator;
+    plan.args[i].param = AddParam(plan, Param{Param::Kind::Rng});
+    plan.key += "G";
+  }
+  // Float scalars run in f32 unless an f64 tensor takes part.
+  for (auto& q : plan.params)
+    if (q.kind == Param::Kind::Scalar && q.dtype == ElementType::F64 && !plan.any_f64)
+      q.dtype = ElementType::F32;
+  plan.key += plan.any_f64 ? "|f64" : "|f32";
+
   // Output specs: cached with the executable (meta only runs on a miss).
   auto& cache = Compiled_();
   auto hit = cache.find(plan.key);
@@ -422,36 +455,18 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
     for (size_t i = 0; i < dest_tensors.size() && i < specs.size(); ++i) {
       if (dest_tensors[i].sizes().vec() != specs[i].sizes) {
         at::native::resize_output(dest_tensors[i], specs[i].sizes);
-        // geometry changed: redo the plan key and lookup with the new shape
-        return Run(desc, op, args);
+        return Run(desc, op, args);  // new geometry: plan again
       }
     }
   }
-
-  // Writes.
-  std::vector<Dest> dests;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    Dest d;
-    if (desc.variant == Variant::Functional) {
-      d.dtype = ToElementType(specs[i].dtype, name.c_str());
-    } else {
-      d.tensor = dest_tensors.at(i);
-      d.dtype = ToElementType(d.tensor.scalar_type(), name.c_str());
-      DeviceStorage* s = StorageOf(d.tensor);
-      PrepareStorage(s, d.dtype);
-      d.storage = StorageIndex(plan, s);
-      d.geometry = GeometryOf(d.tensor);
-      if (!d.geometry.whole) {
-        StorageParam(plan, d.storage);
-        Param q{Param::Kind::Offset};
-        q.offset = d.tensor.storage_offset();
-        d.offset_param = AddParam(plan, q);
-      } else if (plan.storage_param[d.storage] < 0) {
-        // Fully overwritten and not read: no parameter needed.
-      }
-      plan.key += "W" + std::to_string(d.storage);
+  TORCH_CHECK(desc.variant == Variant::Functional || dests.size() == specs.size(), name,
+              ": expected ", dests.size(), " results, meta gave ", specs.size());
+  if (desc.variant == Variant::Functional) {
+    for (const auto& spec : specs) {
+      Dest d;
+      d.dtype = ToElementType(spec.dtype, name.c_str());
+      dests.push_back(d);
     }
-    dests.push_back(d);
   }
 
   // RNG: advance the generator by the number of values drawn.
@@ -466,23 +481,6 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
     plan.params[plan.args[i].param].rng[0] = seed;
     plan.params[plan.args[i].param].rng[1] = offset;
   }
-  // Generators appear as None when not given: still need a state param.
-  for (size_t i = 0; i < plan.args.size(); ++i) {
-    if (plan.args[i].kind != Arg::Kind::None || is_out[i]) continue;
-    if (Unwrap(schema.arguments()[i].real_type())->kind() != c10::TypeKind::GeneratorType) continue;
-    plan.args[i].kind = Arg::Kind::Generator;
-    Param q{Param::Kind::Rng};
-    auto [seed, offset] = NextRngState(std::nullopt, plan.device, static_cast<uint64_t>(numel) + 1);
-    q.rng[0] = seed;
-    q.rng[1] = offset;
-    plan.args[i].param = AddParam(plan, q);
-    plan.key += "G";
-  }
-  // Float scalars run in f32 unless an f64 tensor takes part.
-  for (auto& q : plan.params)
-    if (q.kind == Param::Kind::Scalar && q.dtype == ElementType::F64 && !plan.any_f64)
-      q.dtype = ElementType::F32;
-  plan.key += plan.any_f64 ? "|f64" : "|f32";
 
   // Which storages are written, in order: they are the module's results.
   std::vector<size_t> written;  // storage indices (existing) ; fresh outputs appended
@@ -674,7 +672,7 @@ void GenericKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     PushResults(op, stack, std::move(results));
   } catch (const lowering::Unsupported& e) {
     RecordFallback(desc.name);
-    at::native::cpu_fallback(op, stack);
+    CpuFallback(op, stack);
   } catch (const pjrt::Error& e) {
     TORCH_CHECK(false, PrefixedMessage(desc.name, e.what()));
   } catch (const std::out_of_range& e) {
