@@ -1,0 +1,139 @@
+// Random number rules: bits from stablehlo.rng_bit_generator (ThreeFry)
+// keyed by the generator's (seed, offset), a runtime parameter, so a seeded
+// program reproduces run to run and a new draw never recompiles. The stream
+// differs from PyTorch's CPU stream (as CUDA's does).
+#include <cmath>
+
+#include "lowering/lowering.h"
+
+namespace torch_tpu::lowering {
+namespace {
+
+using K = Arg::Kind;
+
+const Arg& GeneratorArg(const std::vector<Arg>& a) {
+  for (const Arg& x : a)
+    if (x.kind == K::Generator) return x;
+  throw std::logic_error("random rule called without a generator state");
+}
+
+// Random bits of `t`'s shape, ui32 (or ui64 when wide).
+Value Bits(Builder& b, Value state, const std::vector<int64_t>& shape, bool wide) {
+  TensorType bits{wide ? ElementType::U64 : ElementType::U32, shape};
+  return b.Op("stablehlo.rng_bit_generator", {state}, {state.type, bits},
+              "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>")[1];
+}
+
+// Uniform in [0, 1) of type F32 (or F64 when wide).
+Value Uniform01(Builder& b, Value state, const std::vector<int64_t>& shape, bool wide) {
+  Value bits = Bits(b, state, shape, wide);
+  ElementType ut = wide ? ElementType::U64 : ElementType::U32;
+  ElementType ft = wide ? ElementType::F64 : ElementType::F32;
+  int shift = wide ? 12 : 9;
+  uint64_t one = wide ? 0x3FF0000000000000ULL : 0x3F800000ULL;
+  Value mantissa = b.Binary("shift_right_logical", bits,
+                            b.BroadcastInDim(b.ConstantInt(ut, shift), shape, {}));
+  Value f = b.BitcastConvert(
+      b.Binary("or", mantissa, b.BroadcastInDim(b.ConstantBits(ut, one), shape, {})), ft);
+  return b.Binary("subtract", f, b.Splat(ft, 1.0, shape));
+}
+
+bool Wide(ElementType t) { return t == ElementType::F64 || t == ElementType::I64 || t == ElementType::U64; }
+
+double DoubleArg(const Arg& a, double fallback) {
+  if (a.kind == K::Double) return a.d;
+  if (a.kind == K::Int) return static_cast<double>(a.i);
+  return fallback;
+}
+
+const bool registered = [] {
+  // uniform_(self, float from=0, float to=1, *, Generator? generator)
+  Register("uniform_", [](Context& c, const std::vector<Arg>& a) {
+    const TensorType& out = c.outputs.at(0);
+    if (!hlo::IsFloat(out.dtype)) throw Unsupported("uniform_ on a non-float tensor");
+    bool wide = out.dtype == ElementType::F64;
+    ElementType ft = wide ? ElementType::F64 : ElementType::F32;
+    double from = DoubleArg(a.at(1), 0), to = DoubleArg(a.at(2), 1);
+    Value u = Uniform01(c.b, GeneratorArg(a).tensor, out.shape, wide);
+    Value v = c.b.Binary("add", c.b.Binary("multiply", u, c.b.Splat(ft, to - from, out.shape)),
+                         c.b.Splat(ft, from, out.shape));
+    return std::vector<Value>{c.b.Convert(v, out.dtype)};
+  });
+  // normal_(self, float mean=0, float std=1, *, Generator? generator)
+  Register("normal_", [](Context& c, const std::vector<Arg>& a) {
+    const TensorType& out = c.outputs.at(0);
+    if (!hlo::IsFloat(out.dtype)) throw Unsupported("normal_ on a non-float tensor");
+    bool wide = out.dtype == ElementType::F64;
+    ElementType ft = wide ? ElementType::F64 : ElementType::F32;
+    double mean = DoubleArg(a.at(1), 0), std = DoubleArg(a.at(2), 1);
+    // Box-Muller over two halves of one draw.
+    std::vector<int64_t> shape2 = out.shape;
+    shape2.insert(shape2.begin(), 2);
+    Value u = Uniform01(c.b, GeneratorArg(a).tensor, shape2, wide);
+    std::vector<int64_t> start(shape2.size(), 0), limit = shape2, strides(shape2.size(), 1);
+    limit[0] = 1;
+    Value u1 = c.b.Reshape(c.b.Slice(u, start, limit, strides), out.shape);
+    start[0] = 1;
+    limit[0] = 2;
+    Value u2 = c.b.Reshape(c.b.Slice(u, start, limit, strides), out.shape);
+    Value one = c.b.Splat(ft, 1.0, out.shape);
+    Value r = c.b.Unary("sqrt", c.b.Binary("multiply", c.b.Splat(ft, -2.0, out.shape),
+                                            c.b.Unary("log", c.b.Binary("subtract", one, u1))));
+    Value z = c.b.Binary("multiply", r,
+                         c.b.Unary("cosine", c.b.Binary("multiply", u2,
+                                                        c.b.Splat(ft, 2 * M_PI, out.shape))));
+    Value v = c.b.Binary("add", c.b.Binary("multiply", z, c.b.Splat(ft, std, out.shape)),
+                         c.b.Splat(ft, mean, out.shape));
+    return std::vector<Value>{c.b.Convert(v, out.dtype)};
+  });
+  // random_.from(self, int from, int? to, *, Generator?), random_.to, random_
+  auto random_range = [](Context& c, Value state, int64_t from, uint64_t range) {
+    const TensorType& out = c.outputs.at(0);
+    Value bits = Bits(c.b, state, out.shape, true);
+    Value r = c.b.Binary("remainder", bits,
+                         c.b.BroadcastInDim(c.b.ConstantBits(ElementType::U64, range), out.shape, {}));
+    Value v = c.b.Binary("add", c.b.BitcastConvert(r, ElementType::I64),
+                         c.b.BroadcastInDim(c.b.ConstantInt(ElementType::I64, from), out.shape, {}));
+    return std::vector<Value>{c.b.Convert(v, out.dtype)};
+  };
+  auto default_to = [](ElementType t) -> uint64_t {
+    switch (t) {
+      case ElementType::F32: return (1ULL << 24) + 1;
+      case ElementType::F64: return (1ULL << 53) + 1;
+      case ElementType::F16: return (1ULL << 11) + 1;
+      case ElementType::BF16: return (1ULL << 8) + 1;
+      case ElementType::Bool: return 2;
+      case ElementType::I8: return 128;
+      case ElementType::U8: return 256;
+      case ElementType::I16: return 1ULL << 15;
+      case ElementType::I32: return 1ULL << 31;
+      default: return 1ULL << 63;
+    }
+  };
+  Register("random_.from", [=](Context& c, const std::vector<Arg>& a) {
+    const TensorType& out = c.outputs.at(0);
+    int64_t from = a.at(1).i;
+    uint64_t range = a.at(2).kind == K::Int ? static_cast<uint64_t>(a.at(2).i - from)
+                                            : default_to(out.dtype) - static_cast<uint64_t>(from);
+    if (range == 0) throw std::invalid_argument("random_ expects 'from' < 'to'");
+    return random_range(c, GeneratorArg(a).tensor, from, range);
+  });
+  Register("random_.to", [=](Context& c, const std::vector<Arg>& a) {
+    if (a.at(1).i <= 0) throw std::invalid_argument("random_ expects 'from' < 'to'");
+    return random_range(c, GeneratorArg(a).tensor, 0, static_cast<uint64_t>(a.at(1).i));
+  });
+  Register("random_", [=](Context& c, const std::vector<Arg>& a) {
+    return random_range(c, GeneratorArg(a).tensor, 0, default_to(c.outputs.at(0).dtype));
+  });
+  // bernoulli_.float(self, float p=0.5, *, Generator?)
+  Register("bernoulli_.float", [](Context& c, const std::vector<Arg>& a) {
+    const TensorType& out = c.outputs.at(0);
+    Value u = Uniform01(c.b, GeneratorArg(a).tensor, out.shape, false);
+    Value hit = c.b.Compare("LT", u, c.b.Splat(ElementType::F32, DoubleArg(a.at(1), 0.5), out.shape));
+    return std::vector<Value>{c.b.Convert(hit, out.dtype)};
+  });
+  return true;
+}();
+
+}  // namespace
+}  // namespace torch_tpu::lowering
