@@ -192,7 +192,7 @@ std::vector<int64_t> IntList(const c10::IValue& v) {
 
 ArgPlan PlanArg(Plan& p, const c10::Argument& arg, const c10::IValue& v, const std::string& op) {
   ArgPlan a;
-  if (v.isNone()) {
+  if (v.isNone() || (v.isTensor() && !v.toTensor().defined())) {
     p.key += "N";
     return a;
   }
@@ -304,7 +304,7 @@ std::vector<OutputSpec> MetaOutputs(const c10::OperatorHandle& op,
   auto to_meta = [](const c10::IValue& v) -> c10::IValue {
     if (v.isTensor()) {
       const at::Tensor& t = v.toTensor();
-      if (t.device().type() != c10::DeviceType::PrivateUse1) return v;
+      if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) return v;
       return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
     }
     if (v.isTensorList()) {

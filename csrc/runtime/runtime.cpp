@@ -9,9 +9,11 @@
 namespace torch_tpu::runtime {
 
 namespace {
+// Never destroyed: PJRT objects must not be released during static
+// destruction, after the plugin's own globals are gone.
 std::unique_ptr<Runtime>& Instance() {
-  static std::unique_ptr<Runtime> instance;
-  return instance;
+  static auto* instance = new std::unique_ptr<Runtime>();
+  return *instance;
 }
 }  // namespace
 

@@ -7,8 +7,10 @@ first use).
 """
 from __future__ import annotations
 
+import atexit
 import os
 import sys
+import time
 import types
 
 import torch
@@ -37,6 +39,7 @@ def _setup() -> None:
         raise ValueError("TORCH_TPU_CPU_DEVICES must be >= 1")
     _C._configure(plugin, cpu_devices)
     _C._register()
+    atexit.register(_release_autograd_threads)
 
     from . import device as _device_module
 
@@ -50,6 +53,18 @@ def _setup() -> None:
     backends.is_available = _device_module.is_available  # type: ignore[attr-defined]
     sys.modules["torch.backends.tpu"] = backends
     torch.backends.tpu = backends  # type: ignore[attr-defined]
+
+
+def _release_autograd_threads() -> None:
+    """Lets autograd's tpu device thread drop its last graph task.
+
+    Every backward() stashes a Python object in the graph task; the device
+    thread may hold the last reference a moment after backward() returns.
+    If the interpreter is already finalizing when it releases it, taking the
+    GIL kills the thread and the process aborts. Releasing the GIL briefly
+    at exit lets it finish first.
+    """
+    time.sleep(0.02)
 
 
 def _autoload() -> None:
