@@ -1,6 +1,8 @@
 // The "tpu" device for PyTorch: allocator, device guard, hooks, generator,
 // factories, native views, copies, the CPU fallback and the Python module.
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/GeneratorForPrivateuseone.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/CPUFallback.h>
@@ -10,7 +12,9 @@
 #include <ATen/ops/set_native.h>
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_native.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/Event.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/extension.h>
@@ -122,7 +126,9 @@ void DeleteStorage(void* ctx) {
   delete s;
 }
 
-class TpuAllocator final : public at::Allocator {
+// A DeviceAllocator, so torch.accelerator.memory_* work: storages free their
+// buffers when released, nothing is cached.
+class TpuAllocator final : public c10::DeviceAllocator {
  public:
   at::DataPtr allocate(size_t nbytes) override {
     int device = CurrentDevice();
@@ -140,6 +146,34 @@ class TpuAllocator final : public at::Allocator {
   at::DeleterFnPtr raw_deleter() const override { return nullptr; }
   void copy_data(void*, const void*, std::size_t) const override {
     TORCH_CHECK(false, "tpu storage bytes cannot be copied on the host; use tensor.copy_()");
+  }
+  bool initialized() override { return Runtime::IsInitialized(); }
+  void emptyCache(c10::MempoolId_t) override {}
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    const auto& m = GetRuntime().memory(device);
+    c10::CachingDeviceAllocator::DeviceStats stats;
+    for (auto* array : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes,
+                        &stats.requested_bytes}) {
+      auto& all = (*array)[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+      all.current = m.allocated;
+      all.peak = m.peak;
+    }
+    auto& n = stats.allocation[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+    n.current = m.num_allocs - m.num_frees;
+    n.allocated = m.num_allocs;
+    n.freed = m.num_frees;
+    stats.num_device_alloc = m.num_allocs;
+    stats.num_device_free = m.num_frees;
+    return stats;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    auto& m = GetRuntime().memory(device);
+    m.num_allocs = m.num_frees = 0;
+  }
+  void resetPeakStats(c10::DeviceIndex device) override {
+    auto& m = GetRuntime().memory(device);
+    m.peak = m.allocated;
   }
 };
 
@@ -529,6 +563,9 @@ void FromCpu(const at::Tensor& src, const at::Tensor& dst) {
 at::Tensor CopyFrom(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
   bool src_tpu = self.device().type() == c10::DeviceType::PrivateUse1;
   bool dst_tpu = dst.device().type() == c10::DeviceType::PrivateUse1;
+  // The checks TensorIterator makes for a CPU copy_.
+  if (dst_tpu) at::assert_no_internal_overlap(dst);
+  if (src_tpu && dst_tpu) at::assert_no_partial_overlap(dst, self);
   try {
     if (src_tpu && dst_tpu) {
       if (self.device() == dst.device()) {
@@ -567,10 +604,50 @@ void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   std::string name = schema.name().substr(schema.name().find("::") + 2);
   RecordFallback(schema.overload_name().empty() ? name : name + "." + schema.overload_name());
-  at::native::cpu_fallback(op, stack);
+  CpuFallback(op, stack);
+}
+
+uint64_t SplitMix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
 }
 
 }  // namespace
+
+// Random ops run on the CPU draw from a CPU generator derived from the tpu
+// generator's (seed, offset), which advances: torch.manual_seed,
+// torch.tpu.get/set_rng_state and tpu Generators govern them.
+void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& args = op.schema().arguments();
+  size_t n = args.size();
+  auto first = stack->end() - static_cast<std::ptrdiff_t>(n);
+  int device = -1;
+  int64_t numel = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!first[i].isTensor()) continue;
+    const at::Tensor& t = first[i].toTensor();
+    if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) continue;
+    if (device < 0) device = t.device().index();
+    numel = std::max<int64_t>(numel, t.numel());
+  }
+  if (device < 0) device = CurrentDevice();
+  for (size_t i = 0; i < n; ++i) {
+    c10::TypePtr type = args[i].real_type();
+    if (type->kind() == c10::TypeKind::OptionalType)
+      type = type->castRaw<c10::OptionalType>()->getElementType();
+    if (type->kind() != c10::TypeKind::GeneratorType) continue;
+    std::optional<at::Generator> gen;
+    if (first[i].isGenerator()) {
+      gen = first[i].toGenerator();
+      if (gen->defined() && gen->device().type() != c10::DeviceType::PrivateUse1) continue;
+    }
+    auto [seed, offset] = NextRngState(gen, device, static_cast<uint64_t>(numel) + 1);
+    first[i] = at::detail::createCPUGenerator(SplitMix64(seed ^ SplitMix64(offset)));
+  }
+  at::native::cpu_fallback(op, stack);
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", EmptyMemoryFormat);
@@ -662,6 +739,15 @@ PYBIND11_MODULE(_C, m) {
     const at::Generator& gen = at::globalContext().defaultGenerator(
         c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(idx)));
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(gen));
+  });
+  // torch.Event.elapsed_time accepts only exact torch.Event instances;
+  // torch.tpu.Event (a subclass) times through this.
+  m.def("_event_elapsed_time", [](py::handle start, py::handle end) {
+    TORCH_CHECK(THPEvent_Check(start.ptr()) && THPEvent_Check(end.ptr()),
+                "elapsed_time: expected two torch.Event objects");
+    auto* a = reinterpret_cast<THPEvent*>(start.ptr());
+    auto* b = reinterpret_cast<THPEvent*>(end.ptr());
+    return a->event.elapsedTime(b->event);
   });
   m.def("_current_device", [] { return torch_tpu::aten::CurrentDevice(); });
   m.def("_set_device", [](int d) { torch_tpu::aten::SetCurrentDevice(d); });

@@ -3,6 +3,7 @@
 // (rule, abstract inputs), builds a one-op module on a cache miss, and runs
 // it. Scalars, view offsets and RNG states are runtime parameters, so they
 // never cause a recompile.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
@@ -143,6 +144,17 @@ ElementType ScalarCategory(const c10::Scalar& s) {
   if (s.isIntegral(false)) return ElementType::I64;
   if (s.isFloatingPoint()) return ElementType::F64;
   throw lowering::Unsupported("complex scalars are not supported natively");
+}
+
+// A scalar's exact value as text (hex floats), for cache keys.
+std::string ExactString(const c10::Scalar& s) {
+  if (s.isFloatingPoint()) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%a", s.toDouble());
+    return buf;
+  }
+  if (s.isBoolean()) return s.toBool() ? "true" : "false";
+  return std::to_string(s.toLong());
 }
 
 ArgPlan ScalarArg(Plan& p, const c10::Scalar& s) {
@@ -438,6 +450,12 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
     plan.args[i].param = AddParam(plan, Param{Param::Kind::Rng});
     plan.key += "G";
   }
+  // Without tensor inputs (arange.out and the like) scalars can decide the
+  // output shape, which meta computes once per key: make them part of it.
+  if (plan.inputs.empty()) {
+    for (const auto& q : plan.params)
+      if (q.kind == Param::Kind::Scalar) plan.key += "=" + ExactString(q.scalar) + ";";
+  }
   // Float scalars run in f32 unless an f64 tensor takes part.
   for (auto& q : plan.params)
     if (q.kind == Param::Kind::Scalar && q.dtype == ElementType::F64 && !plan.any_f64)
@@ -666,6 +684,13 @@ void GenericKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const OpDesc& desc = it->second;
   size_t n = op.schema().arguments().size();
   std::vector<c10::IValue> args(stack->end() - n, stack->end());
+  // Like TensorIterator on the CPU: no writes through a tensor whose elements
+  // alias each other (expand()ed), except fills, which are idempotent.
+  if (desc.variant != Variant::Functional && desc.name.rfind("fill", 0) != 0 &&
+      desc.name.rfind("zero", 0) != 0) {
+    if (desc.variant == Variant::InPlace) at::assert_no_internal_overlap(args[0].toTensor());
+    for (size_t i : desc.out_args) at::assert_no_internal_overlap(args[i].toTensor());
+  }
   try {
     auto results = Run(desc, op, args);
     torch::jit::drop(*stack, n);

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
 
 #include "hlo/builder.h"
 #include "lowering/lowering.h"
@@ -38,5 +40,8 @@ void RunInto(const std::string& name, const std::vector<c10::IValue>& inputs,
              const at::Tensor& dst);
 
 void RecordFallback(const std::string& op);
+// at::native::cpu_fallback, with tpu generators (given or default) replaced
+// by CPU generators derived from their state.
+void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 }  // namespace torch_tpu::aten

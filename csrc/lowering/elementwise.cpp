@@ -48,6 +48,21 @@ Rule ArithRule(Fn2 f, bool has_alpha = false) {
   };
 }
 
+// ATen's sub_check, which PyTorch's meta kernels skip: no bool operands.
+Rule NoBoolSubtraction(Rule rule) {
+  return [rule](Context& c, const std::vector<Arg>& a) {
+    for (size_t i = 0; i < 2 && i < a.size(); ++i) {
+      bool is_bool = (a[i].kind == K::Tensor && a[i].tensor.dtype() == ElementType::Bool) ||
+                     (a[i].kind == K::Scalar && a[i].scalar_type == ElementType::Bool);
+      if (is_bool)
+        throw std::invalid_argument(
+            "Subtraction, the `-` operator, with a bool tensor is not supported. If you are "
+            "trying to invert a mask, use the `~` or `logical_not()` operator instead.");
+    }
+    return rule(c, a);
+  };
+}
+
 // Comparison in the promoted type of both operands.
 Rule CompareRule(const std::string& direction) {
   return [direction](Context& c, const std::vector<Arg>& a) {
@@ -122,10 +137,44 @@ Value Div(Builder& b, Value x, Value y, const std::string& mode) {
   return b.Binary("divide", x, y);
 }
 
+// maximum / minimum where a NaN in either operand wins (PyTorch's
+// semantics; XLA's maximum only propagates a NaN first operand on CPU).
+Value MaxMin(Builder& b, Value x, Value y, bool is_max) {
+  if (x.dtype() == ElementType::Bool) return b.Binary(is_max ? "or" : "and", x, y);
+  Value r = b.Binary(is_max ? "maximum" : "minimum", x, y);
+  if (!hlo::IsFloat(x.dtype())) return r;
+  r = b.Select(b.Compare("NE", y, y), y, r);
+  return b.Select(b.Compare("NE", x, x), x, r);
+}
+
 Value Clamp(Builder& b, Value x, const Value* lo, const Value* hi) {
-  if (lo) x = b.Binary("maximum", x, *lo);
-  if (hi) x = b.Binary("minimum", x, *hi);
+  if (lo) x = MaxMin(b, x, *lo, true);
+  if (hi) x = MaxMin(b, x, *hi, false);
   return x;
+}
+
+// Integer x ** y as ATen's powi: binary exponentiation with wrapping
+// multiplies (XLA's integer power differs once the result overflows); a
+// negative exponent gives 1 for x == 1, +-1 for x == -1, else 0.
+Value IntPow(Builder& b, Value x, Value y) {
+  ElementType t = x.dtype();
+  if (t == ElementType::Bool) return b.Binary("or", x, b.Unary("not", y));
+  auto splat = [&](double v) { return b.Splat(t, v, x.shape()); };
+  Value one = splat(1), zero = splat(0);
+  Value result = one, base = x;
+  int bits = 8 * hlo::ByteSize(t);
+  for (int i = 0; i < bits; ++i) {
+    Value bit = b.Binary("and", b.Binary("shift_right_logical", y, splat(i)), one);
+    result = b.Select(b.Compare("NE", bit, zero), b.Binary("multiply", result, base), result);
+    if (i + 1 < bits) base = b.Binary("multiply", base, base);
+  }
+  if (hlo::IsUnsigned(t)) return result;
+  Value odd = b.Compare("NE", b.Binary("and", y, one), zero);
+  Value minus_one = splat(-1);
+  Value negative = b.Select(b.Compare("EQ", x, one), one,
+                            b.Select(b.Compare("EQ", x, minus_one),
+                                     b.Select(odd, minus_one, one), zero));
+  return b.Select(b.Compare("LT", y, zero), negative, result);
 }
 
 Value Sigmoid(Builder& b, Value x) { return b.Unary("logistic", x); }
@@ -150,13 +199,17 @@ const bool registered = [] {
   };
   auto div = [](Builder& b, Value x, Value y) { return b.Binary("divide", x, y); };
   RegisterArith("add", add, true);
-  RegisterArith("sub", sub, true);
-  Register("rsub.Tensor", ArithRule([](Builder& b, Value x, Value y) {
-             return b.Binary("subtract", y, x);
-           }, true));
-  Register("rsub.Scalar", ArithRule([](Builder& b, Value x, Value y) {
-             return b.Binary("subtract", y, x);
-           }, true));
+  Register("sub.Tensor", NoBoolSubtraction(ArithRule(sub, true)));
+  Register("sub.Scalar", NoBoolSubtraction(ArithRule(sub, true)));
+  // rsub(self, other, alpha) = other - alpha * self = sub(other, self, alpha).
+  for (const char* name : {"rsub.Tensor", "rsub.Scalar"}) {
+    Rule rule = NoBoolSubtraction(ArithRule(sub, true));
+    Register(name, [rule](Context& c, const std::vector<Arg>& a) {
+      std::vector<Arg> swapped = a;
+      std::swap(swapped[0], swapped[1]);
+      return rule(c, swapped);
+    });
+  }
   RegisterArith("mul", mul);
   RegisterArith("div", div);
   for (const char* overload : {"div.Tensor_mode", "div.Scalar_mode"}) {
@@ -165,6 +218,11 @@ const bool registered = [] {
       ElementType ct = ComputeType(out.dtype);
       std::string mode = a[2].kind == K::String ? a[2].s : "";
       Value x = As(c.b, a[0], ct, out.shape), y = As(c.b, a[1], ct, out.shape);
+      if (mode == "trunc" && ct != out.dtype) {
+        // PyTorch's CPU kernel rounds the 16-bit quotient before truncating.
+        Value q = c.b.Convert(c.b.Convert(c.b.Binary("divide", x, y), out.dtype), ct);
+        return std::vector<Value>{c.b.Convert(Trunc(c.b, q), out.dtype)};
+      }
       return std::vector<Value>{c.b.Convert(Div(c.b, x, y, mode), out.dtype)};
     });
   }
@@ -173,12 +231,14 @@ const bool registered = [] {
   RegisterArith("remainder", Remainder);
   Register("remainder.Scalar_Tensor", ArithRule(Remainder));
   RegisterArith("fmod", [](Builder& b, Value x, Value y) { return b.Binary("remainder", x, y); });
-  auto pow = [](Builder& b, Value x, Value y) { return b.Binary("power", x, y); };
+  auto pow = [](Builder& b, Value x, Value y) {
+    return hlo::IsFloat(x.dtype()) ? b.Binary("power", x, y) : IntPow(b, x, y);
+  };
   Register("pow.Tensor_Tensor", ArithRule(pow));
   Register("pow.Tensor_Scalar", ArithRule(pow));
   Register("pow.Scalar", ArithRule(pow));
-  Register("maximum", ArithRule([](Builder& b, Value x, Value y) { return b.Binary("maximum", x, y); }));
-  Register("minimum", ArithRule([](Builder& b, Value x, Value y) { return b.Binary("minimum", x, y); }));
+  Register("maximum", ArithRule([](Builder& b, Value x, Value y) { return MaxMin(b, x, y, true); }));
+  Register("minimum", ArithRule([](Builder& b, Value x, Value y) { return MaxMin(b, x, y, false); }));
   Register("atan2", ArithRule([](Builder& b, Value x, Value y) { return b.Binary("atan2", x, y); }));
   Register("hypot", ArithRule([](Builder& b, Value x, Value y) {
              return b.Unary("sqrt", b.Binary("add", b.Binary("multiply", x, x),
@@ -228,9 +288,17 @@ const bool registered = [] {
       {"sigmoid", "logistic"}, {"erf", "chlo.erf"}, {"erfinv", "chlo.erf_inv"},
       {"asin", "chlo.asin"}, {"acos", "chlo.acos"}, {"atan", "chlo.atan"},
       {"sinh", "chlo.sinh"}, {"cosh", "chlo.cosh"}, {"asinh", "chlo.asinh"},
-      {"acosh", "chlo.acosh"}, {"atanh", "chlo.atanh"}, {"lgamma", "chlo.lgamma"},
-      {"digamma", "chlo.digamma"}};
+      {"acosh", "chlo.acosh"}, {"atanh", "chlo.atanh"}, {"lgamma", "chlo.lgamma"}};
   for (const auto& [name, op] : math) RegisterMath(name, op);
+  RegisterUnary("digamma", [](Builder& b, Value x) {
+    // PyTorch: digamma(+-0) = -+inf (chlo gives nan).
+    Value r = b.Op1("chlo.digamma", {x}, x.type);
+    Value zero = Zeros(b, x);
+    Value neg_zero = b.Compare("LT", b.Binary("divide", b.Splat(x.dtype(), 1, x.shape()), x), zero);
+    Value inf = b.Select(neg_zero, b.Splat(x.dtype(), INFINITY, x.shape()),
+                         b.Splat(x.dtype(), -INFINITY, x.shape()));
+    return b.Select(b.Compare("EQ", x, zero), inf, r);
+  });
   RegisterUnary("exp2", [](Builder& b, Value x) {
     return b.Unary("exponential", b.Binary("multiply", x, b.Splat(x.dtype(), M_LN2, x.shape())));
   });
@@ -247,13 +315,16 @@ const bool registered = [] {
   RegisterUnary("abs", [](Builder& b, Value x) {
     return x.dtype() == ElementType::Bool || hlo::IsUnsigned(x.dtype()) ? x : b.Unary("abs", x);
   });
-  RegisterUnary("sign", [](Builder& b, Value x) {
+  // (0 < x) - (x < 0), as ATen: sign(nan) = 0 and sign(-0.0) = +0.
+  auto sign = [](Builder& b, Value x) {
     if (x.dtype() == ElementType::Bool) return x;
-    if (hlo::IsUnsigned(x.dtype()))
-      return b.Convert(b.Compare("NE", x, Zeros(b, x)), x.dtype());
-    return b.Unary("sign", x);
-  });
-  RegisterUnary("sgn", [](Builder& b, Value x) { return b.Unary("sign", x); });
+    Value zero = Zeros(b, x);
+    Value pos = b.Convert(b.Compare("GT", x, zero), x.dtype());
+    if (hlo::IsUnsigned(x.dtype())) return pos;
+    return b.Binary("subtract", pos, b.Convert(b.Compare("LT", x, zero), x.dtype()));
+  };
+  RegisterUnary("sign", sign);
+  RegisterUnary("sgn", sign);
   auto rounding = [](const char* op) {
     return [op](Builder& b, Value x) { return hlo::IsFloat(x.dtype()) ? b.Unary(op, x) : x; };
   };
@@ -267,7 +338,13 @@ const bool registered = [] {
     return b.Binary("maximum", x, Zeros(b, x));
   });
   RegisterUnary("silu", [](Builder& b, Value x) { return b.Binary("multiply", x, Sigmoid(b, x)); });
-  RegisterUnary("isnan", [](Builder& b, Value x) { return b.Compare("NE", x, x); });
+  // Not a UnaryRule: that would convert the input to the (bool) output first.
+  Register("isnan", [](Context& c, const std::vector<Arg>& a) {
+    Value x = a[0].tensor;
+    if (!hlo::IsFloat(x.dtype()))
+      return std::vector<Value>{c.b.Splat(ElementType::Bool, 0, x.shape())};
+    return std::vector<Value>{c.b.Compare("NE", x, x)};
+  });
   Register("isinf", [](Context& c, const std::vector<Arg>& a) {
     Value x = a[0].tensor;
     if (!hlo::IsFloat(x.dtype()))
@@ -279,7 +356,8 @@ const bool registered = [] {
     Value x = a[0].tensor;
     if (!hlo::IsFloat(x.dtype()))
       return std::vector<Value>{c.b.Splat(ElementType::Bool, 1, x.shape())};
-    return std::vector<Value>{c.b.Unary("is_finite", x)};
+    return std::vector<Value>{
+        c.b.Op1("stablehlo.is_finite", {x}, TensorType{ElementType::Bool, x.shape()})};
   });
 
   // ---- where, clamp
@@ -319,8 +397,8 @@ const bool registered = [] {
     Value x = As(c.b, a[0], ct, out.shape), hi = As(c.b, a[1], ct, out.shape);
     return std::vector<Value>{c.b.Convert(Clamp(c.b, x, nullptr, &hi), out.dtype)};
   };
-  Register("clamp_min", ArithRule([](Builder& b, Value x, Value y) { return b.Binary("maximum", x, y); }));
-  Register("clamp_min.Tensor", ArithRule([](Builder& b, Value x, Value y) { return b.Binary("maximum", x, y); }));
+  Register("clamp_min", ArithRule([](Builder& b, Value x, Value y) { return MaxMin(b, x, y, true); }));
+  Register("clamp_min.Tensor", ArithRule([](Builder& b, Value x, Value y) { return MaxMin(b, x, y, true); }));
   Register("clamp_max", clamp_max);
   Register("clamp_max.Tensor", clamp_max);
   return true;

@@ -148,6 +148,20 @@ Value Scan(Builder& b, Value x, int64_t dim, bool product) {
   return x;
 }
 
+// ATen's zero_numel_check_dims: reductions without an identity (max, min,
+// argmax, ...) reject an empty reduced dim. Meta kernels skip the check.
+void CheckNonEmpty(Context& c, const Value& x, const std::vector<int64_t>& dims) {
+  if (x.type.numel() != 0) return;
+  std::string op = c.op.substr(0, c.op.find('.'));
+  if (dims.empty() || x.rank() == 0 || static_cast<int64_t>(dims.size()) == x.rank())
+    throw std::invalid_argument(op + "(): Expected reduction dim to be specified for "
+                                "input.numel() == 0.");
+  for (int64_t d : dims)
+    if (x.shape()[d] == 0)
+      throw std::out_of_range(op + "(): Expected reduction dim " + std::to_string(d) +
+                              " to have non-zero size.");
+}
+
 // ---------------------------------------------------------------- rules
 
 // sum / mean / prod: `dim_arg` is the index of the dims argument, or -1 for
@@ -178,6 +192,7 @@ Rule ExtremeRule(int dim_arg, bool is_max) {
   return [dim_arg, is_max](Context& c, const std::vector<Arg>& a) {
     Value x = Self(a);
     auto dims = dim_arg < 0 ? ReduceDims({}, x.rank()) : DimsArg(a, dim_arg, x.rank());
+    CheckNonEmpty(c, x, dims);
     return std::vector<Value>{Finish(c, Extreme(c.b, x, dims, is_max))};
   };
 }
@@ -188,6 +203,7 @@ Rule ExtremeDimRule(bool is_max) {
     Value x = Self(a);
     int64_t dim = WrapDim(a.at(1).i, x.rank());
     if (x.rank() == 0) x = c.b.Reshape(x, {1});
+    if (x.shape()[dim] == 0) CheckNonEmpty(c, x, {dim});
     auto [values, indices] = ArgExtreme(c.b, x, dim, is_max);
     return std::vector<Value>{Finish(c, values, 0), Finish(c, indices, 1)};
   };
@@ -201,7 +217,9 @@ Rule ArgRule(bool is_max) {
     if (a.size() > 1 && a[1].kind == K::Int) {
       dim = WrapDim(a[1].i, x.rank());
       if (x.rank() == 0) x = c.b.Reshape(x, {1});
+      if (x.shape()[dim] == 0) CheckNonEmpty(c, x, {dim});
     } else {
+      CheckNonEmpty(c, x, {});
       x = c.b.Reshape(x, {x.type.numel()});
     }
     return std::vector<Value>{Finish(c, ArgExtreme(c.b, x, dim, is_max).second)};

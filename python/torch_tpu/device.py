@@ -246,6 +246,10 @@ class Event(torch.Event):
                                enable_timing=enable_timing, blocking=blocking,
                                interprocess=interprocess)
 
+    def elapsed_time(self, end_event: torch.Event) -> float:
+        """Milliseconds between this event and ``end_event`` (both recorded)."""
+        return _C._event_elapsed_time(self, end_event)
+
 
 def current_stream(device: _DeviceLike = None) -> Stream:
     return Stream(device)

@@ -31,7 +31,7 @@ common_methods_invocations = pytest.importorskip(
     reason="PyTorch's OpInfo database needs the 'expecttest' package")
 op_db = common_methods_invocations.op_db
 
-MAX_SAMPLES = int(os.environ.get("TORCH_TPU_OPINFO_SAMPLES", "8"))
+MAX_SAMPLES = int(os.environ.get("TORCH_TPU_OPINFO_SAMPLES", "16"))
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "int64": torch.int64}
 
@@ -55,10 +55,18 @@ OPS: list[tuple[str, str]] = [
     ("min", "reduction_with_dim"), ("min", "reduction_no_dim"), ("min", "binary"),
     ("var", "unbiased"), ("std", "unbiased"), ("softmax", "with_dtype"),
     ("log_softmax", "with_dtype"), ("nn.functional.pad", "constant"),
+    # Partly or wholly through the CPU fallback today (no rule for the overload
+    # or the inputs): listed so the table shows them.
+    ("round", "decimals_0"), ("round", "decimals_3"), ("round", "decimals_neg_3"),
+    ("scatter_reduce", "sum"), ("scatter_reduce", "prod"), ("scatter_reduce", "amax"),
 ]
 
 # (op id, dtype) -> (rtol, atol) overrides, with the reason.
 TOLERANCES: dict[tuple[str, str], tuple[float, float]] = {
+    # CPU's addbmm runs one addmm_ per batch and rounds the running sum to
+    # bf16 each time; tpu accumulates all batches in f32 and rounds once (closer
+    # to the exact result), so the CPU reference itself is off by a few ulps.
+    ("addbmm", "bfloat16"): (1.6e-2, 1.0),
 }
 
 # (op id, dtype): "native" = every sample passes with no CPU fallback;
@@ -96,16 +104,29 @@ def _fallbacks() -> dict[str, int]:
     return dict(torch_tpu.debug.stats()["fallbacks"])
 
 
-def _tolerance(op_id: str, dname: str) -> dict[str, float]:
+def _tolerance(op_id: str, dname: str, result_dtype: torch.dtype) -> dict[str, float]:
+    """Tolerance by the sample dtype, or by the result dtype for integer
+    samples of float-valued ops (sqrt of int64 gives float32)."""
     if (op_id, dname) in TOLERANCES:
         rtol, atol = TOLERANCES[(op_id, dname)]
-    elif dname == "float32":
-        rtol, atol = 1e-5, 1e-5
-    elif dname == "bfloat16":
+    elif not (result_dtype.is_floating_point or result_dtype.is_complex):
+        rtol, atol = 0.0, 0.0
+    elif dname == "bfloat16" or result_dtype in (torch.bfloat16, torch.float16):
         rtol, atol = 1.6e-2, 1e-2
     else:
-        rtol, atol = 0.0, 0.0
+        rtol, atol = 1e-5, 1e-5
     return {"rtol": rtol, "atol": atol}
+
+
+def _compare(op_id: str, dname: str, actual: Any, expected: Any) -> None:
+    a_leaves, a_spec = pytree.tree_flatten(actual)
+    e_leaves, e_spec = pytree.tree_flatten(expected)
+    assert a_spec == e_spec, f"result structure differs: {a_spec} vs {e_spec}"
+    for a, e in zip(a_leaves, e_leaves):
+        if isinstance(e, torch.Tensor):
+            torch.testing.assert_close(a, e, equal_nan=True, **_tolerance(op_id, dname, e.dtype))
+        else:
+            assert a == e, f"{a!r} != {e!r}"
 
 
 def _as_tree(r: Any) -> Any:
@@ -122,8 +143,10 @@ def test_opinfo(op: Any, dname: str, opinfo_results: dict) -> None:
     row = opinfo_results.setdefault(
         (op_id, dname),
         {"passed": 0, "total": 0, "skipped": 0, "fallback": 0, "fallback_ops": set(), "failed": []})
-    tol = _tolerance(op_id, dname)
-    samples = op.sample_inputs("cpu", dtype, requires_grad=False)
+    torch.manual_seed(0)  # sample inputs are random: keep the sweep deterministic
+    # reference_inputs = sample_inputs plus extremal values (nan, inf, -0.0) and
+    # larger cases where the OpInfo defines them.
+    samples = op.reference_inputs("cpu", dtype, requires_grad=False)
     for i, sample in enumerate(samples):
         if i >= MAX_SAMPLES:
             break
@@ -134,8 +157,12 @@ def test_opinfo(op: Any, dname: str, opinfo_results: dict) -> None:
             tpu_sample.kwargs["device"] = "tpu"
         try:
             expected = op(sample.input, *sample.args, **sample.kwargs)
-        except Exception as e:  # CPU rejects the sample (an error-input sample)
+        except Exception:  # CPU rejects the sample (an error-input sample)
             row["skipped"] += 1
+            continue
+        if any(isinstance(t, torch.Tensor) and t.is_complex()
+               for t in pytree.tree_leaves(_as_tree(expected))):
+            row["skipped"] += 1  # complex result (a complex Python scalar): no complex on tpu
             continue
         before = _fallbacks()
         try:
@@ -151,7 +178,7 @@ def test_opinfo(op: Any, dname: str, opinfo_results: dict) -> None:
             row["fallback"] += 1
             row["fallback_ops"] |= fell_back
         try:
-            torch.testing.assert_close(actual, _as_tree(expected), equal_nan=True, **tol)
+            _compare(op_id, dname, actual, _as_tree(expected))
         except AssertionError as e:
             row["failed"].append(f"sample {i} ({sample}): {str(e)[:600]}")
             continue
