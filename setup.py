@@ -17,6 +17,8 @@ PACKAGE_DIR = os.path.join(ROOT, "python", "torch_tpu")
 
 class CMakeBuild(build_ext):
     def build_extension(self, ext):
+        # Never autoload an installed (maybe stale) torch_tpu while building.
+        os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
         build_dir = os.environ.get("TORCH_TPU_BUILD_DIR", os.path.join(ROOT, "build"))
         subprocess.check_call([
             "cmake", "-S", ROOT, "-B", build_dir, "-G", "Ninja",
