@@ -17,7 +17,7 @@ fi
 
 PY="${PYTHON:-python3}"
 # torch is pinned: any range would pull a multi-GB CUDA build.
-"$PY" -m pip install -q torch==2.13.0 xla-cpu-pjrt numpy pytest
+"$PY" -m pip install -q torch==2.13.0 xla-cpu-pjrt numpy pytest expecttest
 # Build against the installed torch: no isolated build env (it would
 # download another torch).
 "$PY" -m pip install -q --no-build-isolation --no-deps -e .
