@@ -165,3 +165,27 @@ def test_overlapping_writes_raise_like_cpu():
         assert torch.equal(x.cpu(), torch.full((5,), 2.0))
         assert torch.equal(y.cpu(), torch.tensor([3.0, 4.0, 5.0, 3.0, 4.0, 5.0]))
     _device_works()
+
+
+def test_index_out_of_range_raises_at_sync_not_clamped():
+    """XLA clamps gather indices; torch_tpu raises IndexError instead."""
+    w = torch.randn(10, 4, device="tpu")
+    out = torch.nn.functional.embedding(torch.tensor([1, 10], device="tpu"), w)
+    with pytest.raises(IndexError, match="out of range"):
+        out.cpu()
+    with pytest.raises(IndexError, match="out of range"):
+        torch.index_select(w, 0, torch.tensor([-1], device="tpu")).sum().item()
+    x = torch.zeros(5, device="tpu")
+    x.scatter_(0, torch.tensor([7], device="tpu"), 1.0)
+    with pytest.raises(IndexError, match="out of range"):
+        torch.tpu.synchronize()
+    # The device keeps working, and in-range indices are fine.
+    got = torch.nn.functional.embedding(torch.tensor([1, 9], device="tpu"), w)
+    torch.testing.assert_close(got.cpu(), w.cpu()[[1, 9]])
+
+
+def test_import_torch_tpu_before_torch():
+    code = "import torch_tpu, torch; print(torch.ones(2, device='tpu').sum().item())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("2.0")

@@ -584,6 +584,8 @@ at::Tensor CopyFrom(const at::Tensor& self, const at::Tensor& dst, bool /*non_bl
     TORCH_CHECK(false, "copy_: ", e.what());
   } catch (const pjrt::Error& e) {
     TORCH_CHECK(false, "copy_: ", e.what());
+  } catch (const std::out_of_range& e) {  // a failed device-side assertion
+    TORCH_CHECK_INDEX(false, e.what());
   }
   return dst;
 }
@@ -594,8 +596,11 @@ at::Tensor CopyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 at::Scalar LocalScalarDense(const at::Tensor& self) {
-  at::Tensor cpu = ToCpu(self);
-  return cpu.item();
+  try {
+    return ToCpu(self).item();
+  } catch (const std::out_of_range& e) {  // a failed device-side assertion
+    TORCH_CHECK_INDEX(false, e.what());
+  }
 }
 
 // ------------------------------------------------------------------ fallback

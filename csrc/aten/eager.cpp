@@ -303,6 +303,7 @@ struct OutputSpec {
 struct Compiled {
   pjrt::ExecutablePtr exe;
   std::vector<OutputSpec> outputs;  // functional results (meta)
+  std::vector<std::string> checks;  // device-side assertions, last outputs
 };
 
 std::unordered_map<std::string, Compiled>& Compiled_() {
@@ -465,6 +466,7 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
   // Output specs: cached with the executable (meta only runs on a miss).
   auto& cache = Compiled_();
   auto hit = cache.find(plan.key);
+  const bool was_hit = hit != cache.end();
   std::vector<OutputSpec> specs =
       hit != cache.end() ? hit->second.outputs : MetaOutputs(op, args);
 
@@ -507,6 +509,7 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
         std::find(written.begin(), written.end(), d.storage) == written.end())
       written.push_back(d.storage);
 
+  std::vector<std::string> check_messages;
   auto build = [&]() -> std::string {
     hlo::Builder b(name == "_tpu_copy" ? "copy" : "op");
     std::vector<Value> params;
@@ -591,6 +594,10 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
       if (p >= 0) b.SetParameterAttrs(p, "tf.aliasing_output = " + std::to_string(k) + " : i32");
     }
     outs.insert(outs.end(), fresh.begin(), fresh.end());
+    for (const auto& check : ctx.checks) {
+      outs.push_back(check.ok);
+      check_messages.push_back(check.message);
+    }
     b.Return(outs);
     return b.ToText();
   };
@@ -601,7 +608,7 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
     ++rt.stats().cache_hits;
   } else {
     exe = rt.GetOrCompile(plan.key, plan.device, build);
-    cache[plan.key] = Compiled{exe, specs};
+    cache[plan.key] = Compiled{exe, specs, check_messages};
   }
 
   // Arguments.
@@ -642,6 +649,10 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
   }
   auto outs = rt.Execute(*exe, buffers, non_donatable, name);
   ++rt.stats().native_ops[name];
+  const std::vector<std::string>& checks =
+      was_hit ? cache.at(plan.key).checks : check_messages;
+  for (size_t i = 0; i < checks.size(); ++i)
+    rt.AddAssertion(outs[outs.size() - checks.size() + i], name + ": " + checks[i]);
 
   for (size_t k = 0; k < written.size(); ++k) plan.storages[written[k]]->buffer = outs[k];
   std::vector<c10::IValue> results;

@@ -161,6 +161,23 @@ Value As(Builder& b, const Arg& a, ElementType t, const std::vector<int64_t>& sh
   return As(b, a.tensor, t, shape);
 }
 
+Value CheckedIndex(Context& c, Value idx, int64_t size, bool allow_negative,
+                   const std::string& what) {
+  Builder& b = c.b;
+  Value i = b.Convert(idx, ElementType::I64);
+  const auto& shape = i.shape();
+  Value zero = b.Splat(ElementType::I64, 0, shape);
+  Value n = b.Splat(ElementType::I64, static_cast<double>(size), shape);
+  Value low = allow_negative ? b.Unary("negate", n) : zero;
+  Value in_range = b.Binary("and", b.Compare("GE", i, low), b.Compare("LT", i, n));
+  std::vector<int64_t> dims(i.rank());
+  std::iota(dims.begin(), dims.end(), 0);
+  Value all = b.Reduce(in_range, b.ConstantInt(ElementType::Bool, 1), dims, "and");
+  c.Require(all, what + ": index out of range for a dimension of size " + std::to_string(size));
+  if (!allow_negative) return i;
+  return b.Select(b.Compare("LT", i, zero), b.Binary("add", i, n), i);
+}
+
 // ---------------------------------------------------------------- views
 
 std::string ViewGeometry::key() const {

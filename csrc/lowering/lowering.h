@@ -66,6 +66,17 @@ struct Context {
   std::string op;
   // Default float dtype (torch.get_default_dtype()).
   ElementType default_float = ElementType::F32;
+
+  // Device-side assertions: `ok` is a rank-0 bool computed in the module. The
+  // dispatcher returns it as an extra output; the runtime raises `message`
+  // (as IndexError) at the next sync point if it is false, or at once in
+  // launch-blocking mode. Like CUDA's device asserts, but never a crash.
+  struct Check {
+    Value ok;
+    std::string message;
+  };
+  std::vector<Check> checks;
+  void Require(Value ok, std::string message) { checks.push_back({ok, std::move(message)}); }
 };
 
 using Rule = std::function<std::vector<Value>(Context&, const std::vector<Arg>&)>;
@@ -105,6 +116,13 @@ Value As(Builder& b, const Arg& a, ElementType t, const std::vector<int64_t>& sh
 Value As(Builder& b, Value v, ElementType t, const std::vector<int64_t>& shape);
 std::vector<int64_t> BroadcastShapes(const std::vector<int64_t>& a,
                                      const std::vector<int64_t>& b);
+
+// Checked indices: records a device-side check that every element of `idx`
+// (any integer type) is in [-size, size) (or [0, size) when negative indices
+// are not allowed) and returns it as i64 with negatives wrapped. XLA would
+// clamp out-of-range indices silently; this makes them an error instead.
+Value CheckedIndex(Context& c, Value idx, int64_t size, bool allow_negative,
+                   const std::string& what);
 
 // ---------------------------------------------------------------- views
 

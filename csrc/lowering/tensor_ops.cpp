@@ -290,7 +290,8 @@ std::vector<Value> Embedding(Context& c, const std::vector<Arg>& a) {
   const TensorType& out = Out(c);
   Builder& b = c.b;
   if (out.numel() == 0) return One(Zeros(b, out));
-  Value w = a[0].tensor, idx = a[1].tensor;
+  Value w = a[0].tensor;
+  Value idx = CheckedIndex(c, a[1].tensor, w.shape()[0], false, "embedding");
   std::vector<int64_t> shape = idx.shape();
   shape.push_back(1);
   Value rows = b.Gather(w, b.Reshape(idx, shape), {0});
@@ -305,7 +306,7 @@ std::vector<Value> IndexSelect(Context& c, const std::vector<Arg>& a) {
   if (out.numel() == 0) return One(Zeros(b, out));
   Value x = AtLeast1d(b, a[0].tensor);
   int64_t dim = WrapDim(a[1].i, x.rank());
-  Value idx = a[2].tensor;
+  Value idx = CheckedIndex(c, a[2].tensor, x.shape()[dim], false, "index_select");
   int64_t n = idx.type.numel();
   Value g = b.Gather(x, b.Reshape(idx, {n, 1}), {dim});
   std::vector<int64_t> perm;
@@ -318,8 +319,9 @@ std::vector<Value> GatherRule(Context& c, const std::vector<Arg>& a) {
   const TensorType& out = Out(c);
   Builder& b = c.b;
   if (out.numel() == 0) return One(Zeros(b, out));
-  Value x = AtLeast1d(b, a[0].tensor), idx = AtLeast1d(b, a[2].tensor);
+  Value x = AtLeast1d(b, a[0].tensor);
   int64_t dim = WrapDim(a[1].i, x.rank());
+  Value idx = AtLeast1d(b, CheckedIndex(c, a[2].tensor, x.shape()[dim], false, "gather"));
   Value g = b.Gather(x, Coordinates(b, idx, dim), Range(x.rank()));
   return One(b.Reshape(b.Convert(g, out.dtype), out.shape));
 }
@@ -328,14 +330,16 @@ std::vector<Value> GatherRule(Context& c, const std::vector<Arg>& a) {
 // p over index's shape. `src` is sliced to index's shape (PyTorch allows a
 // larger src). Runs in the compute type for add (so bf16 adds round once
 // per update, as PyTorch's CPU loop does).
-Value ScatterAlong(Builder& b, const TensorType& out, Value self, int64_t dim_arg, Value index,
+Value ScatterAlong(Context& c, const TensorType& out, Value self, int64_t dim_arg, Value index,
                    Value updates, const std::string& op) {
+  Builder& b = c.b;
   bool accumulate = op != "assign";
   ElementType t = accumulate ? ComputeType(out.dtype) : out.dtype;
   Value x = AtLeast1d(b, b.Convert(self, t));
   Value idx = AtLeast1d(b, index);
   if (idx.type.numel() == 0) return b.Reshape(b.Convert(x, out.dtype), out.shape);
   int64_t dim = WrapDim(dim_arg, x.rank());
+  idx = CheckedIndex(c, idx, x.shape()[dim], false, "scatter");
   Value u = AtLeast1d(b, b.Convert(updates, t));
   if (u.shape() != idx.shape())
     u = b.Slice(u, std::vector<int64_t>(u.rank(), 0), idx.shape(),
@@ -361,6 +365,7 @@ std::vector<Value> IndexAdd(Context& c, const std::vector<Arg>& a) {
   int64_t n = idx.type.numel();
   if (n == 0 || out.numel() == 0) return One(b.Reshape(b.Convert(x, out.dtype), out.shape));
   int64_t dim = WrapDim(a[1].i, x.rank());
+  idx = CheckedIndex(c, idx, x.shape()[dim], false, "index_add");
   Value src = b.Convert(a[3].tensor, ct);
   std::vector<int64_t> src_shape = x.shape();
   src_shape[dim] = n;
@@ -404,25 +409,25 @@ const bool registered = [] {
   Register("index_select", IndexSelect);
   Register("gather", GatherRule);
   Register("scatter.src", [](Context& c, const std::vector<Arg>& a) {
-    return One(ScatterAlong(c.b, Out(c), a[0].tensor, a[1].i, a[2].tensor, a[3].tensor,
+    return One(ScatterAlong(c, Out(c), a[0].tensor, a[1].i, a[2].tensor, a[3].tensor,
                             "assign"));
   });
   Register("scatter.value", [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = Out(c);
     Value v = Fill(c.b, a[3].tensor, out.dtype, a[2].tensor.shape());
-    return One(ScatterAlong(c.b, out, a[0].tensor, a[1].i, a[2].tensor, v, "assign"));
+    return One(ScatterAlong(c, out, a[0].tensor, a[1].i, a[2].tensor, v, "assign"));
   });
   Register("scatter_add", [](Context& c, const std::vector<Arg>& a) {
-    return One(ScatterAlong(c.b, Out(c), a[0].tensor, a[1].i, a[2].tensor, a[3].tensor, "add"));
+    return One(ScatterAlong(c, Out(c), a[0].tensor, a[1].i, a[2].tensor, a[3].tensor, "add"));
   });
   Register("scatter.reduce", [](Context& c, const std::vector<Arg>& a) {
-    return One(ScatterAlong(c.b, Out(c), a[0].tensor, a[1].i, a[2].tensor, a[3].tensor,
+    return One(ScatterAlong(c, Out(c), a[0].tensor, a[1].i, a[2].tensor, a[3].tensor,
                             ReduceOp(a[4].s)));
   });
   Register("scatter.value_reduce", [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = Out(c);
     Value v = Fill(c.b, a[3].tensor, out.dtype, a[2].tensor.shape());
-    return One(ScatterAlong(c.b, out, a[0].tensor, a[1].i, a[2].tensor, v, ReduceOp(a[4].s)));
+    return One(ScatterAlong(c, out, a[0].tensor, a[1].i, a[2].tensor, v, ReduceOp(a[4].s)));
   });
   Register("index_add", IndexAdd);
   return true;

@@ -127,7 +127,29 @@ std::vector<pjrt::BufferPtr> Runtime::Execute(const pjrt::Executable& exe,
   return outs;
 }
 
+void Runtime::AddAssertion(pjrt::BufferPtr ok, std::string message) {
+  if (launch_blocking_) {
+    assertions_.emplace_back(std::move(ok), std::move(message));
+    CheckAssertions();
+    return;
+  }
+  assertions_.emplace_back(std::move(ok), std::move(message));
+  // Bound the list: check old entries (they are usually done by now).
+  if (assertions_.size() > 1024) CheckAssertions();
+}
+
+void Runtime::CheckAssertions() {
+  std::vector<std::pair<pjrt::BufferPtr, std::string>> pending;
+  pending.swap(assertions_);
+  for (auto& [ok, message] : pending) {
+    uint8_t value = 1;
+    ok->ToHost(&value, 1);
+    if (!value) throw DeviceAssertion(message);
+  }
+}
+
 void Runtime::Synchronize(int /*device*/) {
+  CheckAssertions();
   std::vector<std::weak_ptr<pjrt::Buffer>> pending;
   pending.swap(pending_);
   for (auto& w : pending) {
@@ -183,6 +205,7 @@ pjrt::BufferPtr Runtime::Zeros(hlo::ElementType t, int64_t numel, int device) {
 }
 
 void Runtime::Download(const pjrt::Buffer& buffer, void* dst, size_t nbytes) {
+  CheckAssertions();
   ++stats_.transfers_to_host;
   if (nbytes == 0) return;
   buffer.ToHost(dst, nbytes);

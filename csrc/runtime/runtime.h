@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -48,6 +49,12 @@ struct MemoryCounters {
   int64_t num_frees = 0;
 };
 
+// A device-side assertion failed (an index out of range, ...).
+class DeviceAssertion : public std::out_of_range {
+ public:
+  using std::out_of_range::out_of_range;
+};
+
 class Runtime {
  public:
   // Loads the plugin at `plugin_path` and creates the client. Must be called
@@ -83,6 +90,11 @@ class Runtime {
   pjrt::BufferPtr Zeros(hlo::ElementType t, int64_t numel, int device);
   void Download(const pjrt::Buffer& buffer, void* dst, size_t nbytes);
 
+  // Device-side assertion results (rank-0 pred buffers) of executed ops.
+  // Checked at sync points; a failed one throws DeviceAssertion.
+  void AddAssertion(pjrt::BufferPtr ok, std::string message);
+  void CheckAssertions();
+
   Stats& stats() { return stats_; }
   void ResetStats() { stats_ = Stats(); }
   MemoryCounters& memory(int device) { return memory_.at(device); }
@@ -98,6 +110,7 @@ class Runtime {
   std::unique_ptr<pjrt::Client> client_;
   std::unordered_map<std::string, pjrt::ExecutablePtr> cache_;
   std::vector<std::weak_ptr<pjrt::Buffer>> pending_;
+  std::vector<std::pair<pjrt::BufferPtr, std::string>> assertions_;
   std::vector<MemoryCounters> memory_;
   Stats stats_;
   bool launch_blocking_ = false;

@@ -7,6 +7,19 @@ first use).
 """
 from __future__ import annotations
 
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group (runs on ``import torch``).
+
+    Defined before ``import torch``: when ``import torch_tpu`` comes first,
+    torch's autoload finds this module half-initialized and calls this; the
+    module's own body then finishes the setup.
+    """
+    setup = globals().get("_setup")
+    if setup is not None:
+        setup()
+
+
 import atexit
 import os
 import sys
@@ -65,11 +78,6 @@ def _release_autograd_threads() -> None:
     at exit lets it finish first.
     """
     time.sleep(0.02)
-
-
-def _autoload() -> None:
-    """Entry point of the ``torch.backends`` group (runs on ``import torch``)."""
-    _setup()
 
 
 _setup()
