@@ -30,6 +30,9 @@ struct OpDesc {
   const lowering::RuleEntry* rule = nullptr;
   Variant variant = Variant::Functional;
   std::vector<size_t> out_args;  // schema indices of out= tensors
+  // InPlace: schema indices of the mutated (non-out) Tensor / Tensor[] args.
+  // The rule returns one value per mutated tensor, lists flattened.
+  std::vector<size_t> mutable_args;
 };
 
 std::unordered_map<c10::OperatorName, OpDesc>& Ops() {
@@ -396,7 +399,7 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
   const std::string& name = desc.name;
   Plan plan;
   plan.key = name + "|";
-  std::vector<bool> is_out(args.size(), false);
+  std::vector<bool> is_out(args.size() + 1, false);
   for (size_t i : desc.out_args) is_out[i] = true;
   for (size_t i = 0; i < args.size(); ++i) {
     if (is_out[i]) {
@@ -409,7 +412,13 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
   // Destinations: self for in-place, out= tensors, or fresh tensors.
   std::vector<at::Tensor> dest_tensors;
   if (desc.variant == Variant::InPlace) {
-    dest_tensors.push_back(args[0].toTensor());
+    for (size_t i : desc.mutable_args) {
+      if (args[i].isTensor()) {
+        dest_tensors.push_back(args[i].toTensor());
+      } else if (args[i].isTensorList()) {
+        for (const at::Tensor& t : args[i].toTensorVector()) dest_tensors.push_back(t);
+      }
+    }
   } else if (desc.variant == Variant::Out) {
     for (size_t i : desc.out_args) {
       const at::Tensor& t = args[i].toTensor();
@@ -451,6 +460,23 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
     plan.args[i].param = AddParam(plan, Param{Param::Kind::Rng});
     plan.key += "G";
   }
+  // Random rules of ops without a generator argument (native_dropout, ...)
+  // draw from the default generator: an extra, last argument.
+  if (desc.rule->random) {
+    bool has_generator = false;
+    for (const auto& a : plan.args) has_generator |= a.kind == Arg::Kind::Generator;
+    if (!has_generator) {
+      ArgPlan g;
+      g.kind = Arg::Kind::Generator;
+      g.param = AddParam(plan, Param{Param::Kind::Rng});
+      plan.args.push_back(g);
+      plan.key += "G";
+    }
+  }
+  // fp32 matmul precision is baked into dot_general.
+  plan.key += at::globalContext().float32MatmulPrecision() == at::Float32MatmulPrecision::HIGHEST
+                  ? "|hi"
+                  : "|lo";
   // Without tensor inputs (arange.out and the like) scalars can decide the
   // output shape, which meta computes once per key: make them part of it.
   if (plan.inputs.empty()) {
@@ -467,8 +493,16 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
   auto& cache = Compiled_();
   auto hit = cache.find(plan.key);
   const bool was_hit = hit != cache.end();
-  std::vector<OutputSpec> specs =
-      hit != cache.end() ? hit->second.outputs : MetaOutputs(op, args);
+  std::vector<OutputSpec> specs;
+  if (desc.variant == Variant::InPlace) {
+    // Results are the mutated tensors themselves; meta only validates (the
+    // same errors as CPU), once per signature.
+    if (!was_hit) MetaOutputs(op, args);
+    for (const at::Tensor& t : dest_tensors)
+      specs.push_back({t.sizes().vec(), t.strides().vec(), t.scalar_type()});
+  } else {
+    specs = was_hit ? hit->second.outputs : MetaOutputs(op, args);
+  }
 
   // Out= tensors take the result's shape (resize like ATen does).
   if (desc.variant == Variant::Out) {
@@ -496,7 +530,7 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
   for (size_t i = 0; i < plan.args.size(); ++i) {
     if (plan.args[i].kind != Arg::Kind::Generator) continue;
     std::optional<at::Generator> gen;
-    if (args[i].isGenerator()) gen = args[i].toGenerator();
+    if (i < args.size() && args[i].isGenerator()) gen = args[i].toGenerator();
     auto [seed, offset] = NextRngState(gen, plan.device, static_cast<uint64_t>(numel) + 1);
     plan.params[plan.args[i].param].rng[0] = seed;
     plan.params[plan.args[i].param].rng[1] = offset;
@@ -699,7 +733,8 @@ void GenericKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // alias each other (expand()ed), except fills, which are idempotent.
   if (desc.variant != Variant::Functional && desc.name.rfind("fill", 0) != 0 &&
       desc.name.rfind("zero", 0) != 0) {
-    if (desc.variant == Variant::InPlace) at::assert_no_internal_overlap(args[0].toTensor());
+    for (size_t i : desc.mutable_args)
+      if (args[i].isTensor()) at::assert_no_internal_overlap(args[i].toTensor());
     for (size_t i : desc.out_args) at::assert_no_internal_overlap(args[i].toTensor());
   }
   try {
@@ -734,9 +769,12 @@ OpDesc Describe(const c10::FunctionSchema& schema, const lowering::RuleEntry* ru
     if (IsOutArg(schema.arguments()[i])) d.out_args.push_back(i);
   if (!d.out_args.empty()) {
     d.variant = Variant::Out;
-  } else if (!schema.arguments().empty() && schema.arguments()[0].alias_info() &&
-             schema.arguments()[0].alias_info()->isWrite()) {
-    d.variant = Variant::InPlace;
+  } else {
+    for (size_t i = 0; i < schema.arguments().size(); ++i) {
+      const auto& arg = schema.arguments()[i];
+      if (arg.alias_info() && arg.alias_info()->isWrite()) d.mutable_args.push_back(i);
+    }
+    if (!d.mutable_args.empty()) d.variant = Variant::InPlace;
   }
   return d;
 }
@@ -771,6 +809,7 @@ void RunInto(const std::string& name, const std::vector<c10::IValue>& inputs,
   desc.name = name;
   desc.rule = rule;
   desc.variant = Variant::InPlace;
+  desc.mutable_args = {0};
   // copy_(Tensor(a!) self, Tensor src, bool non_blocking): self is dst.
   std::vector<c10::IValue> args{dst, inputs.at(0), false};
   // The meta result of copy_ is dst's own shape and dtype: what we need.

@@ -29,6 +29,11 @@ void Register(const std::string& name, Rule rule, std::vector<std::string> varia
   r.entries.push_back(std::move(entry));
 }
 
+void RegisterRandom(const std::string& name, Rule rule) {
+  Register(name, std::move(rule));
+  GetRegistry().entries.back()->random = true;
+}
+
 const RuleEntry* Find(const std::string& name) {
   const Registry& r = GetRegistry();
   auto it = r.by_name.find(name);

@@ -85,11 +85,17 @@ struct RuleEntry {
   std::string name;                   // "add.Tensor"
   Rule rule;
   std::vector<std::string> variants;  // in-place and out= schema names
+  // Draws random numbers: gets a Generator arg (the op's own, or the
+  // default generator's state appended as the last arg when the schema has
+  // none, e.g. native_dropout).
+  bool random = false;
 };
 
 // Registers `rule` under an ATen schema name ("aten::" omitted) and the
 // in-place / out= variants that compute the same function.
 void Register(const std::string& name, Rule rule, std::vector<std::string> variants = {});
+// Registers a rule that draws random numbers (see RuleEntry::random).
+void RegisterRandom(const std::string& name, Rule rule);
 const RuleEntry* Find(const std::string& name);  // functional or variant name
 std::vector<const RuleEntry*> AllRules();
 
