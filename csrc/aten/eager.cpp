@@ -205,7 +205,8 @@ std::vector<int64_t> IntList(const c10::IValue& v) {
   return out;
 }
 
-ArgPlan PlanArg(Plan& p, const c10::Argument& arg, const c10::IValue& v, const std::string& op) {
+ArgPlan PlanArg(Plan& p, const c10::Argument& arg, const c10::IValue& v, const std::string& op,
+                bool runtime_floats) {
   ArgPlan a;
   if (v.isNone() || (v.isTensor() && !v.toTensor().defined())) {
     p.key += "N";
@@ -226,7 +227,15 @@ ArgPlan PlanArg(Plan& p, const c10::Argument& arg, const c10::IValue& v, const s
     case c10::TypeKind::FloatType:
       a.kind = Arg::Kind::Double;
       a.literal.d = v.toDouble();
-      p.key += "D" + std::to_string(a.literal.d);
+      if (runtime_floats) {  // also a runtime parameter; the value stays out of the key
+        Param q{Param::Kind::Scalar};
+        q.scalar = v.toDouble();
+        q.dtype = ElementType::F64;
+        a.param = AddParam(p, q);
+        p.key += "d";
+      } else {
+        p.key += "D" + ExactString(c10::Scalar(a.literal.d));
+      }
       return a;
     case c10::TypeKind::BoolType:
       a.kind = Arg::Kind::Bool;
@@ -279,6 +288,17 @@ ArgPlan PlanArg(Plan& p, const c10::Argument& arg, const c10::IValue& v, const s
         a.kind = Arg::Kind::IntList;
         a.literal.ints = IntList(v);
         p.key += "L" + hlo::Ints(a.literal.ints);
+        return a;
+      }
+      if (elem->kind() == c10::TypeKind::NumberType) {  // Scalar[]: runtime params
+        a.kind = Arg::Kind::ScalarList;
+        p.key += "[";
+        for (const auto& e : v.toListRef()) {
+          ArgPlan sa = ScalarArg(p, e.toScalar());
+          a.tensors.push_back(sa.param);
+          a.literal.ints.push_back(static_cast<int64_t>(sa.literal.scalar_type));
+        }
+        p.key += "]";
         return a;
       }
       if (elem->kind() == c10::TypeKind::BoolType) {
@@ -406,7 +426,7 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
       plan.args.emplace_back();
       continue;
     }
-    plan.args.push_back(PlanArg(plan, schema.arguments()[i], args[i], name));
+    plan.args.push_back(PlanArg(plan, schema.arguments()[i], args[i], name, desc.rule->runtime_floats));
   }
 
   // Destinations: self for in-place, out= tensors, or fresh tensors.
@@ -495,9 +515,22 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
   const bool was_hit = hit != cache.end();
   std::vector<OutputSpec> specs;
   if (desc.variant == Variant::InPlace) {
-    // Results are the mutated tensors themselves; meta only validates (the
-    // same errors as CPU), once per signature.
-    if (!was_hit) MetaOutputs(op, args);
+    // Mutating ops: the returns that are not aliases of a mutated argument
+    // are fresh outputs (batch norm's out, mean, rstd) and come first; then
+    // the mutated tensors themselves. Meta runs once per signature (it also
+    // raises the same errors as CPU).
+    if (was_hit) {
+      specs = hit->second.outputs;
+    } else {
+      std::vector<OutputSpec> meta = MetaOutputs(op, args);
+      const auto& returns = schema.returns();
+      for (size_t j = 0; j < returns.size() && j < meta.size(); ++j)
+        if (!returns[j].alias_info()) specs.push_back(meta[j]);
+    }
+    std::vector<Dest> fresh(specs.size());
+    for (size_t j = 0; j < specs.size(); ++j)
+      fresh[j].dtype = ToElementType(specs[j].dtype, name.c_str());
+    dests.insert(dests.begin(), fresh.begin(), fresh.end());
     for (const at::Tensor& t : dest_tensors)
       specs.push_back({t.sizes().vec(), t.strides().vec(), t.scalar_type()});
   } else {
@@ -583,6 +616,14 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
         for (int t : ap.tensors) a.tensors.push_back(t >= 0 ? read(t) : Value());
       } else if (ap.kind == Arg::Kind::Scalar || ap.kind == Arg::Kind::Generator) {
         a.tensor = params[ap.param];
+      } else if (ap.kind == Arg::Kind::Double && ap.param >= 0) {
+        a.tensor = params[ap.param];
+      } else if (ap.kind == Arg::Kind::ScalarList) {
+        a.ints.clear();
+        for (size_t k = 0; k < ap.tensors.size(); ++k) {
+          a.tensors.push_back(params[ap.tensors[k]]);
+        }
+        a.ints = ap.literal.ints;  // each element's category (ElementType)
       }
       rule_args.push_back(a);
     }
@@ -642,7 +683,9 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
     ++rt.stats().cache_hits;
   } else {
     exe = rt.GetOrCompile(plan.key, plan.device, build);
-    cache[plan.key] = Compiled{exe, specs, check_messages};
+    std::vector<OutputSpec> cached = specs;  // InPlace: only the fresh ones
+    if (desc.variant == Variant::InPlace) cached.resize(specs.size() - dest_tensors.size());
+    cache[plan.key] = Compiled{exe, cached, check_messages};
   }
 
   // Arguments.
@@ -723,6 +766,29 @@ void PushResults(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   for (auto& r : results) stack->push_back(std::move(r));
 }
 
+// Run() returns fresh outputs then mutated tensors; a mutating op returns, in
+// schema order, fresh outputs and aliases of its mutated arguments.
+std::vector<c10::IValue> MutatingReturns(const OpDesc& desc, const c10::OperatorHandle& op,
+                                         const std::vector<c10::IValue>& args,
+                                         std::vector<c10::IValue> results) {
+  const auto& schema = op.schema();
+  std::vector<c10::IValue> out;
+  size_t fresh = 0;
+  for (const auto& r : schema.returns()) {
+    if (!r.alias_info()) {
+      out.push_back(results.at(fresh++));
+      continue;
+    }
+    for (size_t i : desc.mutable_args) {
+      if (*schema.arguments()[i].alias_info() == *r.alias_info()) {
+        out.push_back(args[i]);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
 void GenericKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   auto it = Ops().find(op.operator_name());
   TORCH_INTERNAL_ASSERT(it != Ops().end());
@@ -739,6 +805,7 @@ void GenericKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   try {
     auto results = Run(desc, op, args);
+    if (desc.variant == Variant::InPlace) results = MutatingReturns(desc, op, args, results);
     torch::jit::drop(*stack, n);
     PushResults(op, stack, std::move(results));
   } catch (const lowering::Unsupported& e) {

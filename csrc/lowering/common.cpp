@@ -34,6 +34,11 @@ void RegisterRandom(const std::string& name, Rule rule) {
   GetRegistry().entries.back()->random = true;
 }
 
+void RegisterRuntimeFloats(const std::string& name, Rule rule) {
+  Register(name, std::move(rule));
+  GetRegistry().entries.back()->runtime_floats = true;
+}
+
 const RuleEntry* Find(const std::string& name) {
   const Registry& r = GetRegistry();
   auto it = r.by_name.find(name);

@@ -32,6 +32,8 @@ struct Arg {
     String,      // `s`
     ScalarType,  // `dtype`
     Generator,   // `tensor` is a ui64[2] runtime parameter (seed, offset)
+    ScalarList,  // Scalar[]: `tensors` are rank-0 runtime parameters; `ints`
+                 // holds each one's category (static_cast<int>(ElementType))
   };
   Kind kind = Kind::None;
   Value tensor;
@@ -89,6 +91,10 @@ struct RuleEntry {
   // default generator's state appended as the last arg when the schema has
   // none, e.g. native_dropout).
   bool random = false;
+  // float (Double) args are also passed as rank-0 runtime parameters in
+  // `tensor` (and left out of the cache key): rules must then use `tensor`,
+  // not `d` (learning rates of fused optimizers never recompile).
+  bool runtime_floats = false;
 };
 
 // Registers `rule` under an ATen schema name ("aten::" omitted) and the
@@ -96,6 +102,9 @@ struct RuleEntry {
 void Register(const std::string& name, Rule rule, std::vector<std::string> variants = {});
 // Registers a rule that draws random numbers (see RuleEntry::random).
 void RegisterRandom(const std::string& name, Rule rule);
+// Registers a rule whose float args are runtime parameters (see
+// RuleEntry::runtime_floats).
+void RegisterRuntimeFloats(const std::string& name, Rule rule);
 const RuleEntry* Find(const std::string& name);  // functional or variant name
 std::vector<const RuleEntry*> AllRules();
 
