@@ -713,6 +713,9 @@ py::dict Stats() {
   d["fallbacks"] = s.fallbacks;
   d["native_ops"] = s.native_ops;
   d["cache_size"] = GetRuntime().cache_size();
+  d["disk_hits"] = s.disk_hits;
+  d["disk_misses"] = s.disk_misses;
+  d["disk_cache_dir"] = GetRuntime().disk_cache_dir();
   return d;
 }
 

@@ -63,6 +63,26 @@ Runtime::Runtime(const std::string& plugin_path, int cpu_device_count)
   if (client_->devices().empty())
     throw pjrt::Error("PJRT plugin " + plugin_path + " reports no addressable devices");
   memory_.resize(client_->devices().size());
+  // Disk cache: TORCH_TPU_CACHE_DIR ("" turns it off), default under the
+  // user cache directory.
+  std::string dir;
+  if (const char* env = std::getenv("TORCH_TPU_CACHE_DIR")) {
+    dir = env;
+  } else if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
+    dir = std::string(xdg) + "/torch_tpu";
+  } else if (const char* home = std::getenv("HOME"); home && *home) {
+    dir = std::string(home) + "/.cache/torch_tpu";
+  }
+  uint64_t max_bytes = 2ULL << 30;
+  if (const char* env = std::getenv("TORCH_TPU_CACHE_MAX_BYTES")) max_bytes = std::stoull(env);
+  disk_ = std::make_unique<DiskCache>(dir, max_bytes);
+  disk_key_prefix_ = "platform=" + client_->platform_name() +
+                     "\nversion=" + client_->platform_version() + "\napi=" +
+                     std::to_string(api_->major_version()) + "." +
+                     std::to_string(api_->minor_version());
+  for (const auto& [name, value] : api_->Attributes())
+    if (name == "xla_version" || name == "stablehlo_current_version")
+      disk_key_prefix_ += "\n" + name + "=" + value;
   const char* blocking = std::getenv("TORCH_TPU_LAUNCH_BLOCKING");
   launch_blocking_ = blocking && std::string(blocking) == "1";
 }
@@ -83,6 +103,23 @@ pjrt::ExecutablePtr Runtime::GetOrCompile(const std::string& key, int device,
     return it->second;
   }
   std::string text = build();
+  std::string disk_key;
+  if (disk_->enabled()) {
+    disk_key = disk_key_prefix_ + "\noptions=" +
+               pjrt::SingleDeviceCompileOptions(client_->devices().at(device).id) +
+               "\nmodule=" + text;
+    if (auto bytes = disk_->Load(disk_key)) {
+      try {
+        auto exe = client_->Deserialize(*bytes);
+        ++stats_.disk_hits;
+        cache_.emplace(full_key, exe);
+        return exe;
+      } catch (const pjrt::Error&) {
+        // Unloadable (e.g. written by another plugin build): recompile.
+      }
+    }
+    ++stats_.disk_misses;
+  }
   auto start = std::chrono::steady_clock::now();
   pjrt::ExecutablePtr exe;
   try {
@@ -98,6 +135,13 @@ pjrt::ExecutablePtr Runtime::GetOrCompile(const std::string& key, int device,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ++stats_.compiles;
   cache_.emplace(full_key, exe);
+  if (disk_->enabled()) {
+    try {
+      disk_->Store(disk_key, exe->Serialize());
+    } catch (const pjrt::Error&) {
+      // Plugins that cannot serialize just do without the disk tier.
+    }
+  }
   return exe;
 }
 

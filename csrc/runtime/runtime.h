@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "hlo/builder.h"
+#include "runtime/disk_cache.h"
 #include "pjrt/pjrt.h"
 
 namespace torch_tpu::runtime {
@@ -40,6 +41,8 @@ struct Stats {
   int64_t transfers_to_host = 0;
   std::map<std::string, int64_t> fallbacks;  // op name -> count
   std::map<std::string, int64_t> native_ops;  // op name -> count
+  int64_t disk_hits = 0;    // executables loaded from the disk cache
+  int64_t disk_misses = 0;  // looked up on disk, not found (then compiled)
 };
 
 struct MemoryCounters {
@@ -101,6 +104,7 @@ class Runtime {
   bool launch_blocking() const { return launch_blocking_; }
   void set_launch_blocking(bool v) { launch_blocking_ = v; }
   size_t cache_size() const { return cache_.size(); }
+  const std::string& disk_cache_dir() const { return disk_->dir(); }
   void ClearCache() { cache_.clear(); }
 
  private:
@@ -112,6 +116,8 @@ class Runtime {
   std::vector<std::weak_ptr<pjrt::Buffer>> pending_;
   std::vector<std::pair<pjrt::BufferPtr, std::string>> assertions_;
   std::vector<MemoryCounters> memory_;
+  std::unique_ptr<DiskCache> disk_;
+  std::string disk_key_prefix_;  // plugin identity, part of every disk key
   Stats stats_;
   bool launch_blocking_ = false;
 };
