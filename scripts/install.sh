@@ -18,6 +18,10 @@ fi
 PY="${PYTHON:-python3}"
 # torch is pinned: any range would pull a multi-GB CUDA build.
 "$PY" -m pip install -q torch==2.13.0 xla-cpu-pjrt numpy pytest expecttest
+# Hugging Face stack (tests/hf, demo/hf_generate.py); exact pins resolved
+# against torch==2.13.0 (none of them pulls another torch).
+"$PY" -m pip install -q torch==2.13.0 transformers==5.24.0 accelerate==1.15.0 \
+  safetensors==0.8.0 tokenizers==0.23.3 huggingface_hub==2.4.0
 # Build against the installed torch: no isolated build env (it would
 # download another torch).
 "$PY" -m pip install -q --no-build-isolation --no-deps -e .

@@ -118,6 +118,7 @@ std::atomic<uint64_t> g_next_address{0x7e0000000000ULL};
 
 void DeleteStorage(void* ctx) {
   auto* s = static_cast<DeviceStorage*>(ctx);
+  ForgetStorage(s);
   if (Runtime::IsInitialized()) {
     auto& m = Runtime::Get().memory(s->device);
     m.allocated -= static_cast<int64_t>(s->nbytes);
@@ -198,6 +199,7 @@ lowering::ViewGeometry GeometryOf(const at::Tensor& t) {
 }
 
 void PrepareStorage(DeviceStorage* s, hlo::ElementType t) {
+  if (s->pending) FlushPending();
   if (s->buffer && s->dtype == t) return;
   if (!s->buffer) {
     TORCH_CHECK(s->nbytes % hlo::ByteSize(t) == 0, "tpu storage of ", s->nbytes,
@@ -267,6 +269,7 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex,
               const c10::EventFlag) const override {
     if (*event == nullptr) *event = new TimingEvent();
+    FlushPending();
     GetRuntime().Synchronize(stream.device_index());
     static_cast<TimingEvent*>(*event)->time_ms = NowMs();
   }
@@ -281,10 +284,12 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return static_cast<TimingEvent*>(end)->time_ms - static_cast<TimingEvent*>(start)->time_ms;
   }
   void synchronizeDevice(const c10::DeviceIndex d) const override {
+    FlushPending();
     GetRuntime().Synchronize(d);
   }
   bool queryStream(const c10::Stream&) const override { return true; }
   void synchronizeStream(const c10::Stream& s) const override {
+    FlushPending();
     GetRuntime().Synchronize(s.device_index());
   }
   void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
@@ -410,6 +415,7 @@ namespace {
 
 // Replaces the storage's bytes by `newsize` bytes, keeping the common prefix.
 void ResizeStorage(const c10::Storage& storage, size_t newsize) {
+  FlushPending();
   auto* old = static_cast<DeviceStorage*>(storage.data_ptr().get_context());
   c10::DeviceGuard guard(storage.device());
   at::DataPtr fresh = g_allocator.allocate(newsize);
@@ -526,6 +532,7 @@ at::Tensor& SetEmpty(at::Tensor& self) {
 
 // The tensor's values as a contiguous CPU tensor.
 at::Tensor ToCpu(const at::Tensor& src) {
+  FlushPending();
   at::Tensor s = src;
   auto* storage = StorageOf(s);
   hlo::ElementType t = ToElementType(s.scalar_type(), "copy to cpu");
@@ -543,6 +550,7 @@ at::Tensor ToCpu(const at::Tensor& src) {
 }
 
 void FromCpu(const at::Tensor& src, const at::Tensor& dst) {
+  FlushPending();
   if (dst.numel() == 0) return;
   c10::DeviceGuard guard(dst.device());
   at::Tensor host = src.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
@@ -723,6 +731,7 @@ py::dict Stats() {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_tpu native core";
+  torch_tpu::aten::RegisterGraphBindings(m.ptr());
   m.def("_register", &torch_tpu::aten::RegisterDevice);
   m.def("_configure", &torch_tpu::aten::ConfigurePlugin);
   m.def("_is_initialized", &torch_tpu::runtime::Runtime::IsInitialized);
@@ -757,10 +766,14 @@ PYBIND11_MODULE(_C, m) {
     auto* b = reinterpret_cast<THPEvent*>(end.ptr());
     return a->event.elapsedTime(b->event);
   });
+  m.def("_flush", [] { torch_tpu::aten::FlushPending(); });
+  m.def("_set_fusion", [](bool v) { torch_tpu::aten::SetFusion(v); });
+  m.def("_fusion_enabled", [] { return torch_tpu::aten::FusionEnabled(); });
   m.def("_current_device", [] { return torch_tpu::aten::CurrentDevice(); });
   m.def("_set_device", [](int d) { torch_tpu::aten::SetCurrentDevice(d); });
   m.def("_synchronize", [](int d) {
     py::gil_scoped_release release;
+    torch_tpu::aten::FlushPending();
     GetRuntime().Synchronize(d);
   });
   m.def("_stats", &Stats);

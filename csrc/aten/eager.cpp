@@ -9,6 +9,7 @@
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <unordered_map>
 
 #include "aten/tpu.h"
@@ -93,6 +94,55 @@ struct Plan {
   bool any_f64 = false;
 };
 
+// ---------------------------------------------------------------- fused eager
+
+// The module being recorded in fused mode. Storage values produced by
+// recorded ops are `pending` Values in it; storages read before being
+// written are parameters bound to their current buffers.
+struct Recorder {
+  std::unique_ptr<hlo::Builder> b;
+  int device = -1;
+  std::string key;
+  size_t num_ops = 0;
+  std::vector<pjrt::BufferPtr> args;                       // per parameter
+  std::vector<Value> param_values;                         // per parameter
+  std::unordered_map<DeviceStorage*, int> storage_param;   // storage -> parameter
+  std::vector<DeviceStorage*> pending;                     // storages with new values
+  std::vector<std::pair<Value, std::string>> checks;
+};
+
+Recorder& Rec() {
+  static auto* r = new Recorder();
+  return *r;
+}
+
+// Process-wide (autograd runs backward ops on its own device thread, and they
+// must join the same recording). -1: follow the environment.
+std::atomic<int> g_fusion_override{-1};
+
+bool FusionFromEnv() {
+  static const bool on = [] {
+    const char* v = std::getenv("TORCH_TPU_DEFER_AND_FUSE");
+    return v && std::string(v) == "1";
+  }();
+  return on;
+}
+
+size_t MaxChain() {
+  static const size_t n = [] {
+    const char* v = std::getenv("TORCH_TPU_FUSE_MAX_OPS");
+    return v ? static_cast<size_t>(std::stoul(v)) : size_t{512};
+  }();
+  return n;
+}
+
+void PrepareForOp(DeviceStorage* s, ElementType t) {
+  if (s->pending && s->dtype == t && s->device == Rec().device && FusionEnabled() &&
+      !GetRuntime().launch_blocking())
+    return;  // stays pending: the op is recorded too
+  PrepareStorage(s, t);
+}
+
 size_t StorageIndex(Plan& p, DeviceStorage* s) {
   for (size_t i = 0; i < p.storages.size(); ++i)
     if (p.storages[i] == s) return i;
@@ -129,7 +179,7 @@ int AddTensor(Plan& p, const at::Tensor& t, const std::string& op) {
   ElementType dtype = ToElementType(t.scalar_type(), op.c_str());
   if (dtype == ElementType::F64) p.any_f64 = true;
   DeviceStorage* s = StorageOf(t);
-  PrepareStorage(s, dtype);
+  PrepareForOp(s, dtype);
   TensorIn in{StorageIndex(p, s), dtype, GeometryOf(t)};
   in.storage_param = StorageParam(p, in.storage);
   if (!in.geometry.whole) {
@@ -460,7 +510,7 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
     d.tensor = t;
     d.dtype = ToElementType(t.scalar_type(), name.c_str());
     DeviceStorage* s = StorageOf(t);
-    PrepareStorage(s, d.dtype);
+    PrepareForOp(s, d.dtype);
     d.storage = StorageIndex(plan, s);
     d.geometry = GeometryOf(t);
     if (!d.geometry.whole) {  // a partial write needs the old storage value
@@ -576,28 +626,14 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
         std::find(written.begin(), written.end(), d.storage) == written.end())
       written.push_back(d.storage);
 
-  std::vector<std::string> check_messages;
-  auto build = [&]() -> std::string {
-    hlo::Builder b(name == "_tpu_copy" ? "copy" : "op");
-    std::vector<Value> params;
-    for (const auto& q : plan.params) {
-      switch (q.kind) {
-        case Param::Kind::Storage:
-          params.push_back(b.Parameter({plan.storages[q.storage]->dtype,
-                                        {plan.storages[q.storage]->numel()}}));
-          break;
-        case Param::Kind::Offset:
-          params.push_back(b.Parameter({ElementType::I64, {}}));
-          break;
-        case Param::Kind::Scalar:
-        case Param::Kind::CpuTensor:
-          params.push_back(b.Parameter({q.dtype, {}}));
-          break;
-        case Param::Kind::Rng:
-          params.push_back(b.Parameter({ElementType::U64, {2}}));
-          break;
-      }
-    }
+  // Emits the op into `b` given a Value per plan parameter. Returns the new
+  // values of the written storages, then the fresh outputs (flat storage
+  // values), and the device assertions.
+  struct Emitted {
+    std::vector<Value> written_values, fresh_values;
+    std::vector<lowering::Context::Check> checks;
+  };
+  auto emit = [&](hlo::Builder& b, const std::vector<Value>& params) -> Emitted {
     auto read = [&](int idx) {
       const TensorIn& in = plan.inputs[idx];
       Value storage = params[plan.storage_param[in.storage]];
@@ -619,10 +655,7 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
       } else if (ap.kind == Arg::Kind::Double && ap.param >= 0) {
         a.tensor = params[ap.param];
       } else if (ap.kind == Arg::Kind::ScalarList) {
-        a.ints.clear();
-        for (size_t k = 0; k < ap.tensors.size(); ++k) {
-          a.tensors.push_back(params[ap.tensors[k]]);
-        }
+        for (size_t k = 0; k < ap.tensors.size(); ++k) a.tensors.push_back(params[ap.tensors[k]]);
         a.ints = ap.literal.ints;  // each element's category (ElementType)
       }
       rule_args.push_back(a);
@@ -638,7 +671,7 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
     std::vector<Value> current(plan.storages.size());
     for (size_t s = 0; s < plan.storages.size(); ++s)
       if (plan.storage_param[s] >= 0) current[s] = params[plan.storage_param[s]];
-    std::vector<Value> fresh;
+    Emitted e;
     for (size_t i = 0; i < specs.size(); ++i) {
       Value v = results[i];
       TORCH_CHECK(v.shape() == specs[i].sizes, name, ": lowering rule produced ",
@@ -655,21 +688,137 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
         if (v.type.numel() == n && g.strides != ContiguousStrides(g.sizes)) g.whole = false;
         Value base = g.whole ? Value() : b.Splat(v.dtype(), 0, {n});
         Value zero = g.whole ? Value() : b.ConstantInt(ElementType::I64, 0);
-        fresh.push_back(g.whole ? b.Reshape(v, {n}) : lowering::WriteView(b, base, zero, g, v));
+        e.fresh_values.push_back(g.whole ? b.Reshape(v, {n}) : lowering::WriteView(b, base, zero, g, v));
         continue;
       }
       Value offset = dests[i].offset_param >= 0 ? params[dests[i].offset_param] : Value();
       current[dests[i].storage] =
           lowering::WriteView(b, current[dests[i].storage], offset, dests[i].geometry, v);
     }
-    std::vector<Value> outs;
+    for (size_t k = 0; k < written.size(); ++k) e.written_values.push_back(current[written[k]]);
+    e.checks = ctx.checks;
+    return e;
+  };
+
+  // Runtime values of the non-storage parameters.
+  auto upload = [&](const Param& q) -> pjrt::BufferPtr {
+    switch (q.kind) {
+      case Param::Kind::Offset:
+        return rt.UploadInt(q.offset, ElementType::I64, plan.device);
+      case Param::Kind::Scalar:
+        if (q.dtype == ElementType::F32 || q.dtype == ElementType::F64)
+          return rt.UploadScalar(q.scalar.toDouble(), q.dtype, plan.device);
+        return rt.UploadInt(q.dtype == ElementType::Bool ? q.scalar.toBool() : q.scalar.toLong(),
+                            q.dtype, plan.device);
+      case Param::Kind::CpuTensor: {
+        at::Tensor c = q.cpu.contiguous();
+        return rt.Upload(c.data_ptr(), q.dtype, {}, plan.device);
+      }
+      case Param::Kind::Rng:
+        return rt.Upload(q.rng, ElementType::U64, {2}, plan.device);
+      case Param::Kind::Storage:
+        break;
+    }
+    return plan.storages[q.storage]->buffer;
+  };
+  auto param_type = [&](const Param& q) -> TensorType {
+    switch (q.kind) {
+      case Param::Kind::Storage:
+        return {plan.storages[q.storage]->dtype, {plan.storages[q.storage]->numel()}};
+      case Param::Kind::Offset:
+        return {ElementType::I64, {}};
+      case Param::Kind::Rng:
+        return {ElementType::U64, {2}};
+      default:
+        return {q.dtype, {}};
+    }
+  };
+  std::vector<OutputSpec> cached_specs = specs;  // InPlace: only the fresh ones
+  if (desc.variant == Variant::InPlace) cached_specs.resize(specs.size() - dest_tensors.size());
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, plan.device));
+  auto fresh_tensor = [&](size_t i) {
+    at::Tensor t = at::empty_strided(
+        specs[i].sizes, specs[i].strides,
+        at::TensorOptions().dtype(specs[i].dtype).device(c10::DeviceType::PrivateUse1, plan.device));
+    StorageOf(t)->dtype = dests[i].dtype;
+    return t;
+  };
+
+  // ---- fused eager: record into the pending module.
+  if (FusionEnabled() && !rt.launch_blocking()) {
+    Recorder& rec = Rec();
+    if (rec.b && rec.device != plan.device) FlushPending();
+    if (!rec.b) {
+      rec.b = std::make_unique<hlo::Builder>("fused");
+      rec.device = plan.device;
+    }
+    if (!was_hit) cache[plan.key] = Compiled{nullptr, cached_specs, {}};
+    std::string key = plan.key + "#";
+    std::vector<Value> params;
+    for (const Param& q : plan.params) {
+      if (q.kind == Param::Kind::Storage) {
+        DeviceStorage* st = plan.storages[q.storage];
+        if (st->pending) {
+          params.push_back(st->pending_value);
+          key += "v" + std::to_string(st->pending_value.id) + ",";
+          continue;
+        }
+        auto it = rec.storage_param.find(st);
+        if (it == rec.storage_param.end()) {
+          it = rec.storage_param.emplace(st, rec.b->num_parameters()).first;
+          rec.param_values.push_back(rec.b->Parameter(param_type(q)));
+          rec.args.push_back(st->buffer);
+        }
+        params.push_back(rec.param_values[it->second]);
+        key += "p" + std::to_string(it->second) + ",";
+        continue;
+      }
+      int index = rec.b->num_parameters();
+      rec.param_values.push_back(rec.b->Parameter(param_type(q)));
+      params.push_back(rec.param_values.back());
+      rec.args.push_back(upload(q));
+      key += "p" + std::to_string(index) + ",";
+    }
+    Emitted e = emit(*rec.b, params);
+    rec.key += key + ";";
+    ++rec.num_ops;
+    auto mark = [&](DeviceStorage* st, Value v) {
+      if (!st->pending) rec.pending.push_back(st);
+      st->pending = true;
+      st->pending_value = v;
+    };
+    for (size_t k = 0; k < written.size(); ++k) mark(plan.storages[written[k]], e.written_values[k]);
+    for (const auto& c : e.checks) rec.checks.emplace_back(c.ok, name + ": " + c.message);
+    ++rt.stats().native_ops[name];
+    std::vector<c10::IValue> results;
+    size_t fresh = 0;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (dests[i].tensor.defined()) {
+        results.push_back(dests[i].tensor);
+        continue;
+      }
+      at::Tensor t = fresh_tensor(i);
+      mark(StorageOf(t), e.fresh_values[fresh++]);
+      results.push_back(t);
+    }
+    if (rec.num_ops >= MaxChain()) FlushPending();
+    return results;
+  }
+
+  // ---- strict eager: one module per op.
+  std::vector<std::string> check_messages;
+  auto build = [&]() -> std::string {
+    hlo::Builder b(name == "_tpu_copy" ? "copy" : "op");
+    std::vector<Value> params;
+    for (const auto& q : plan.params) params.push_back(b.Parameter(param_type(q)));
+    Emitted e = emit(b, params);
+    std::vector<Value> outs = e.written_values;
     for (size_t k = 0; k < written.size(); ++k) {
-      outs.push_back(current[written[k]]);
       int p = plan.storage_param[written[k]];
       if (p >= 0) b.SetParameterAttrs(p, "tf.aliasing_output = " + std::to_string(k) + " : i32");
     }
-    outs.insert(outs.end(), fresh.begin(), fresh.end());
-    for (const auto& check : ctx.checks) {
+    outs.insert(outs.end(), e.fresh_values.begin(), e.fresh_values.end());
+    for (const auto& check : e.checks) {
       outs.push_back(check.ok);
       check_messages.push_back(check.message);
     }
@@ -678,14 +827,12 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
   };
 
   pjrt::ExecutablePtr exe;
-  if (hit != cache.end()) {
+  if (was_hit && hit->second.exe) {
     exe = hit->second.exe;
     ++rt.stats().cache_hits;
   } else {
     exe = rt.GetOrCompile(plan.key, plan.device, build);
-    std::vector<OutputSpec> cached = specs;  // InPlace: only the fresh ones
-    if (desc.variant == Variant::InPlace) cached.resize(specs.size() - dest_tensors.size());
-    cache[plan.key] = Compiled{exe, cached, check_messages};
+    cache[plan.key] = Compiled{exe, cached_specs, check_messages};
   }
 
   // Arguments.
@@ -694,58 +841,28 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
   std::vector<int64_t> non_donatable;
   for (size_t i = 0; i < plan.params.size(); ++i) {
     const Param& q = plan.params[i];
-    bool donated = false;
-    switch (q.kind) {
-      case Param::Kind::Storage: {
-        DeviceStorage* s = plan.storages[q.storage];
-        keep.push_back(s->buffer);
-        donated = std::find(written.begin(), written.end(), q.storage) != written.end();
-        break;
-      }
-      case Param::Kind::Offset:
-        keep.push_back(rt.UploadInt(q.offset, ElementType::I64, plan.device));
-        break;
-      case Param::Kind::Scalar:
-        if (q.dtype == ElementType::F32 || q.dtype == ElementType::F64)
-          keep.push_back(rt.UploadScalar(q.scalar.toDouble(), q.dtype, plan.device));
-        else
-          keep.push_back(rt.UploadInt(q.dtype == ElementType::Bool ? q.scalar.toBool() : q.scalar.toLong(),
-                                      q.dtype, plan.device));
-        break;
-      case Param::Kind::CpuTensor: {
-        at::Tensor c = q.cpu.contiguous();
-        keep.push_back(rt.Upload(c.data_ptr(), q.dtype, {}, plan.device));
-        break;
-      }
-      case Param::Kind::Rng:
-        keep.push_back(rt.Upload(q.rng, ElementType::U64, {2}, plan.device));
-        break;
-    }
+    keep.push_back(upload(q));
     buffers.push_back(keep.back()->raw());
+    bool donated = q.kind == Param::Kind::Storage &&
+                   std::find(written.begin(), written.end(), q.storage) != written.end();
     if (!donated) non_donatable.push_back(static_cast<int64_t>(i));
   }
   auto outs = rt.Execute(*exe, buffers, non_donatable, name);
   ++rt.stats().native_ops[name];
-  const std::vector<std::string>& checks =
-      was_hit ? cache.at(plan.key).checks : check_messages;
+  const std::vector<std::string>& checks = cache.at(plan.key).checks;
   for (size_t i = 0; i < checks.size(); ++i)
     rt.AddAssertion(outs[outs.size() - checks.size() + i], name + ": " + checks[i]);
 
   for (size_t k = 0; k < written.size(); ++k) plan.storages[written[k]]->buffer = outs[k];
   std::vector<c10::IValue> results;
   size_t fresh = written.size();
-  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, plan.device));
   for (size_t i = 0; i < specs.size(); ++i) {
     if (dests[i].tensor.defined()) {
       results.push_back(dests[i].tensor);
       continue;
     }
-    at::Tensor t = at::empty_strided(
-        specs[i].sizes, specs[i].strides,
-        at::TensorOptions().dtype(specs[i].dtype).device(c10::DeviceType::PrivateUse1, plan.device));
-    DeviceStorage* s = StorageOf(t);
-    s->dtype = dests[i].dtype;
-    s->buffer = outs[fresh++];
+    at::Tensor t = fresh_tensor(i);
+    StorageOf(t)->buffer = outs[fresh++];
     results.push_back(t);
   }
   return results;
@@ -865,6 +982,75 @@ std::vector<std::unique_ptr<torch::Library>>& Libraries() {
 }
 
 }  // namespace
+
+void SetFusion(bool enabled) {
+  if (!enabled) FlushPending();
+  g_fusion_override = enabled ? 1 : 0;
+}
+
+bool FusionEnabled() {
+  int v = g_fusion_override.load();
+  return v >= 0 ? v == 1 : FusionFromEnv();
+}
+
+void ForgetStorage(DeviceStorage* s) {
+  Recorder& rec = Rec();
+  if (!rec.b) return;
+  rec.storage_param.erase(s);  // its buffer stays alive in rec.args
+  if (s->pending) rec.pending.erase(std::find(rec.pending.begin(), rec.pending.end(), s));
+}
+
+void FlushPending() {
+  Recorder& rec = Rec();
+  if (!rec.b) return;
+  // Take the recording first: anything below may re-enter (allocations).
+  Recorder r = std::move(rec);
+  rec = Recorder();
+  auto& rt = GetRuntime();
+  std::vector<Value> outs;
+  std::string key = r.key + "|out:";
+  for (size_t k = 0; k < r.pending.size(); ++k) {
+    DeviceStorage* s = r.pending[k];
+    outs.push_back(s->pending_value);
+    key += std::to_string(s->pending_value.id) + ",";
+    auto it = r.storage_param.find(s);
+    if (it != r.storage_param.end()) {
+      r.b->SetParameterAttrs(it->second, "tf.aliasing_output = " + std::to_string(k) + " : i32");
+      key += "a" + std::to_string(it->second) + ",";
+    }
+  }
+  for (const auto& c : r.checks) outs.push_back(c.first);
+  if (outs.empty()) {
+    for (DeviceStorage* s : r.pending) s->pending = false;
+    return;
+  }
+  r.b->Return(outs);
+  std::vector<int64_t> non_donatable;
+  std::vector<bool> donated(r.args.size(), false);
+  for (DeviceStorage* s : r.pending) {
+    auto it = r.storage_param.find(s);
+    if (it != r.storage_param.end()) donated[it->second] = true;
+  }
+  std::vector<PJRT_Buffer*> buffers;
+  for (size_t i = 0; i < r.args.size(); ++i) {
+    buffers.push_back(r.args[i]->raw());
+    if (!donated[i]) non_donatable.push_back(static_cast<int64_t>(i));
+  }
+  std::vector<pjrt::BufferPtr> results;
+  try {
+    auto exe = rt.GetOrCompile(key, r.device, [&] { return r.b->ToText(); });
+    results = rt.Execute(*exe, buffers, non_donatable, "fused chain");
+  } catch (...) {
+    for (DeviceStorage* s : r.pending) s->pending = false;
+    throw;
+  }
+  for (size_t k = 0; k < r.pending.size(); ++k) {
+    r.pending[k]->buffer = results[k];
+    r.pending[k]->pending = false;
+  }
+  for (size_t i = 0; i < r.checks.size(); ++i)
+    rt.AddAssertion(results[r.pending.size() + i], r.checks[i].second);
+}
 
 void RunInto(const std::string& name, const std::vector<c10::IValue>& inputs,
              const at::Tensor& dst) {

@@ -40,6 +40,14 @@ void RunInto(const std::string& name, const std::vector<c10::IValue>& inputs,
              const at::Tensor& dst);
 
 void RecordFallback(const std::string& op);
+void RegisterGraphBindings(struct _object* module);  // torch_tpu._C._Graph (graph.cpp)
+
+// Fused eager (TORCH_TPU_DEFER_AND_FUSE=1 or torch_tpu.fused()): ops are
+// recorded into one module and run when a value is needed.
+void FlushPending();                      // runs what was recorded, if anything
+void ForgetStorage(runtime::DeviceStorage* s);  // a storage is being freed
+void SetFusion(bool enabled);
+bool FusionEnabled();
 // at::native::cpu_fallback, with tpu generators (given or default) replaced
 // by CPU generators derived from their state.
 void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);

@@ -29,6 +29,10 @@ struct DeviceStorage {
   size_t nbytes = 0;
   hlo::ElementType dtype = hlo::ElementType::U8;
   pjrt::BufferPtr buffer;
+  // Fused eager: the storage's new value is `pending_value` in the module
+  // being recorded (buffer is stale until the recording is flushed).
+  bool pending = false;
+  hlo::Value pending_value;
   int64_t numel() const { return static_cast<int64_t>(nbytes / hlo::ByteSize(dtype)); }
 };
 

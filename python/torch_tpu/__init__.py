@@ -83,6 +83,9 @@ def _release_autograd_threads() -> None:
 _setup()
 
 from . import debug  # noqa: E402
+from . import compile  # noqa: E402,F401  (torch.compile backend "tpu", registered lazily)
+from . import hf as _hf  # noqa: E402,F401  (Hugging Face import hooks; imports no HF library)
 from .device import get_platform  # noqa: E402,F401
+from .fusion import fused  # noqa: E402
 
-__all__ = ["debug", "get_platform"]
+__all__ = ["debug", "fused", "get_platform"]

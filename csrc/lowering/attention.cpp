@@ -1,0 +1,247 @@
+// Scaled dot-product attention, forward and backward, each one module.
+//
+// F.scaled_dot_product_attention on tpu picks the "overrideable" backend
+// (aten/data_dependent.cpp registers _fused_sdp_choice for PrivateUse1), and
+// the explicit kernels of _scaled_dot_product_fused_attention_overrideable
+// (+ _backward) call the two ops lowered here. The overrideable forward
+// returns SymInts (max_q, max_k), which the generic dispatcher cannot
+// produce, so the math lives in these tensor-only ops instead:
+//
+//   _scaled_dot_product_efficient_attention(q, k, v, attn_bias?,
+//       compute_log_sumexp, dropout_p, is_causal, *, scale)
+//     -> (output, logsumexp [B, H, ceil(L/32)*32], philox_seed, philox_offset)
+//   _scaled_dot_product_efficient_attention_backward(grad_out, q, k, v,
+//       attn_bias, out, logsumexp, philox_seed, philox_offset, dropout_p,
+//       grad_input_mask, is_causal, *, scale) -> (dq, dk, dv, dbias)
+//
+// Layout [B, Hk, G, L, S] throughout: G = Hq / Hk query heads share one
+// key/value head (GQA; query head h uses kv head h / G, like
+// repeat_interleave). Scores, softmax and both matmuls run in f32 for
+// 16-bit inputs. attn_bias: bool (True = attend) or additive float,
+// broadcastable to [B, Hq, L, S]; is_causal masks col > row (top-left
+// aligned, like the math backend). A fully masked row gives zeros (PyTorch's
+// _safe_softmax) and logsumexp -inf. Dropout keeps each probability with
+// chance 1 - p from rng_bit_generator keyed by the generator's (seed,
+// offset), which the forward returns as philox_seed / philox_offset and the
+// backward uses to draw the same mask again.
+#include <cmath>
+#include <limits>
+
+#include "lowering/lowering.h"
+
+namespace torch_tpu::lowering {
+namespace {
+
+using K = Arg::Kind;
+using E = ElementType;
+
+struct Shapes {
+  int64_t B, Hq, Hk, G, L, S, E, Ev;
+};
+
+Shapes ShapesOf(const Value& q, const Value& k, const Value& v) {
+  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4)
+    throw Unsupported("attention: only 4-D query/key/value are lowered");
+  Shapes s;
+  s.B = q.shape()[0];
+  s.Hq = q.shape()[1];
+  s.L = q.shape()[2];
+  s.E = q.shape()[3];
+  s.Hk = k.shape()[1];
+  s.S = k.shape()[2];
+  s.Ev = v.shape()[3];
+  if (s.Hk == 0 || s.Hq % s.Hk != 0 || v.shape()[1] != s.Hk)
+    throw std::invalid_argument("attention: query heads must be a multiple of key/value heads");
+  s.G = s.Hq / s.Hk;
+  return s;
+}
+
+double ScaleOf(const Arg& a, int64_t e) {
+  if (a.kind == K::Double) return a.d;
+  return 1.0 / std::sqrt(static_cast<double>(e));
+}
+
+// The (key) state ui64[2] for dropout from i64 seed and offset tensors.
+Value StateFrom(Builder& b, Value seed, Value offset) {
+  Value s = b.Reshape(b.BitcastConvert(b.Convert(seed, E::I64), E::U64), {1});
+  Value o = b.Reshape(b.BitcastConvert(b.Convert(offset, E::I64), E::U64), {1});
+  return b.Concatenate({s, o}, 0);
+}
+
+// Keep mask (true with probability 1 - p) of `shape`, from ui64[2] state.
+Value KeepMask(Builder& b, Value state, const std::vector<int64_t>& shape, double p) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  TensorType bits_t{E::U32, {n}};
+  Value bits = b.Op("stablehlo.rng_bit_generator", {state}, {state.type, bits_t},
+                    "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>")[1];
+  Value mant = b.Binary("shift_right_logical", bits, b.BroadcastInDim(b.ConstantInt(E::U32, 9), {n}, {}));
+  Value f = b.BitcastConvert(
+      b.Binary("or", mant, b.BroadcastInDim(b.ConstantBits(E::U32, 0x3F800000ULL), {n}, {})), E::F32);
+  Value u = b.Binary("subtract", f, b.Splat(E::F32, 1.0, {n}));
+  return b.Reshape(b.Compare("GE", u, b.Splat(E::F32, p, {n})), shape);
+}
+
+struct Forward {
+  Value q5;    // [B, Hk, G, L, E] compute type
+  Value k, v;  // [B, Hk, S, E|Ev]
+  Value p;     // softmax probabilities [B, Hk, G, L, S]
+  Value lse;   // [B, Hk, G, L]
+  Value keep;  // dropout keep mask or invalid
+};
+
+// Scores, masks and the safe softmax.
+Forward Probabilities(Context& c, const Shapes& s, Value q, Value k, Value v, const Arg& bias,
+                      bool causal, double scale) {
+  Builder& b = c.b;
+  E ct = ComputeType(q.dtype());
+  Forward f;
+  f.q5 = b.Reshape(b.Convert(q, ct), {s.B, s.Hk, s.G, s.L, s.E});
+  f.k = b.Convert(k, ct);
+  f.v = b.Convert(v, ct);
+  std::vector<int64_t> sshape{s.B, s.Hk, s.G, s.L, s.S};
+  Value sc = b.DotGeneral(f.q5, f.k, {0, 1}, {0, 1}, {4}, {3}, ct, c.fp32_highest);
+  sc = b.Binary("multiply", sc, b.Splat(ct, scale, sshape));
+  Value ninf = b.Splat(ct, -std::numeric_limits<double>::infinity(), sshape);
+  if (bias.kind == K::Tensor) {
+    Value m = bias.tensor;
+    if (m.rank() > 4) throw std::invalid_argument("attention: attn_mask of rank > 4");
+    std::vector<int64_t> full{s.B, s.Hq, s.L, s.S};
+    if (m.dtype() == E::Bool) {
+      Value keep = b.Reshape(b.BroadcastTo(m, full), sshape);
+      sc = b.Select(keep, sc, ninf);
+    } else {
+      sc = b.Binary("add", sc, b.Reshape(b.BroadcastTo(b.Convert(m, ct), full), sshape));
+    }
+  }
+  if (causal) {
+    TensorType it{E::I64, sshape};
+    Value allowed = b.Compare("GE", b.Iota(it, 3), b.Iota(it, 4));
+    sc = b.Select(allowed, sc, ninf);
+  }
+  std::vector<int64_t> rshape{s.B, s.Hk, s.G, s.L};
+  std::vector<int64_t> rdims{0, 1, 2, 3};
+  Value m = b.Reduce(sc, b.MinValue(ct), {4}, "maximum");
+  Value m_inf = b.Compare("EQ", m, b.Splat(ct, -std::numeric_limits<double>::infinity(), rshape));
+  m = b.Select(m_inf, b.Splat(ct, 0, rshape), m);
+  Value e = b.Unary("exponential", b.Binary("subtract", sc, b.BroadcastInDim(m, sshape, rdims)));
+  Value sum = b.Reduce(e, b.ConstantInt(ct, 0), {4}, "add");
+  Value empty = b.Compare("EQ", sum, b.Splat(ct, 0, rshape));
+  Value safe_sum = b.Select(empty, b.Splat(ct, 1, rshape), sum);
+  f.p = b.Binary("divide", e, b.BroadcastInDim(safe_sum, sshape, rdims));
+  f.lse = b.Binary("add", b.Unary("log", sum), m);
+  return f;
+}
+
+// P with dropout applied (scaled by 1 / (1 - p)).
+Value Dropped(Builder& b, Value p, Value keep, double dropout) {
+  if (!keep.valid()) return p;
+  Value scaled = b.Binary("multiply", p, b.Splat(p.dtype(), 1.0 / (1.0 - dropout), p.shape()));
+  return b.Select(keep, scaled, b.Splat(p.dtype(), 0, p.shape()));
+}
+
+// _scaled_dot_product_efficient_attention (+ generator state, appended).
+std::vector<Value> AttentionForward(Context& c, const std::vector<Arg>& a) {
+  Builder& b = c.b;
+  Value q = a[0].tensor, k = a[1].tensor, v = a[2].tensor;
+  Shapes s = ShapesOf(q, k, v);
+  double dropout = a[5].kind == K::Double ? a[5].d : 0.0;
+  bool causal = a[6].i != 0;
+  double scale = ScaleOf(a[7], s.E);
+  Value state = a.back().tensor;  // ui64[2]
+  const TensorType& out_t = c.outputs.at(0);
+  const TensorType& lse_t = c.outputs.at(1);
+  E ct = ComputeType(q.dtype());
+  Value out, lse;
+  if (s.B * s.Hq * s.L == 0) {
+    out = b.Splat(out_t.dtype, 0, out_t.shape);
+    lse = b.Splat(E::F32, 0, {s.B, s.Hq, s.L});
+  } else if (s.S == 0) {  // nothing to attend to: zeros, lse -inf
+    out = b.Splat(out_t.dtype, 0, out_t.shape);
+    lse = b.Splat(E::F32, -std::numeric_limits<double>::infinity(), {s.B, s.Hq, s.L});
+  } else {
+    Forward f = Probabilities(c, s, q, k, v, a[3], causal, scale);
+    if (dropout > 0) f.keep = KeepMask(b, state, f.p.shape(), dropout);
+    Value pd = Dropped(b, f.p, f.keep, dropout);
+    Value o = b.DotGeneral(pd, f.v, {0, 1}, {0, 1}, {4}, {2}, ct, c.fp32_highest);
+    out = b.Convert(b.Reshape(o, {s.B, s.Hq, s.L, s.Ev}), out_t.dtype);
+    lse = b.Convert(b.Reshape(f.lse, {s.B, s.Hq, s.L}), E::F32);
+  }
+  // logsumexp is padded (or empty when not requested) per the meta kernel.
+  int64_t want = lse_t.shape.at(2);
+  if (want >= s.L) {
+    lse = b.Pad(lse, b.Constant(E::F32, 0), {0, 0, 0}, {0, 0, want - s.L}, {0, 0, 0});
+  } else {
+    lse = b.Slice(lse, {0, 0, 0}, {s.B, s.Hq, want}, {1, 1, 1});
+  }
+  Value seed = b.BitcastConvert(b.Reshape(b.Slice(state, {0}, {1}, {1}), {}), E::I64);
+  Value offset = b.BitcastConvert(b.Reshape(b.Slice(state, {1}, {2}, {1}), {}), E::I64);
+  return {out, b.Convert(lse, lse_t.dtype), b.Convert(seed, c.outputs.at(2).dtype),
+          b.Convert(offset, c.outputs.at(3).dtype)};
+}
+
+// Sums `g` ([B, Hq, L, S]) down to the broadcastable shape `shape`.
+Value ReduceTo(Builder& b, Value g, const std::vector<int64_t>& shape) {
+  int64_t r = static_cast<int64_t>(shape.size()), full = g.rank();
+  std::vector<int64_t> dims;
+  for (int64_t i = 0; i < full; ++i) {
+    int64_t j = i - (full - r);
+    if ((j < 0 || shape[j] == 1) && g.shape()[i] != 1) dims.push_back(i);
+    else if (j < 0) dims.push_back(i);
+  }
+  if (!dims.empty()) g = b.Reduce(g, b.ConstantInt(g.dtype(), 0), dims, "add");
+  return b.Reshape(g, shape);
+}
+
+// _scaled_dot_product_efficient_attention_backward.
+std::vector<Value> AttentionBackward(Context& c, const std::vector<Arg>& a) {
+  Builder& b = c.b;
+  Value go = a[0].tensor, q = a[1].tensor, k = a[2].tensor, v = a[3].tensor;
+  Shapes s = ShapesOf(q, k, v);
+  double dropout = a[9].kind == K::Double ? a[9].d : 0.0;
+  bool causal = a.size() > 11 && a[11].i != 0;
+  double scale = a.size() > 12 ? ScaleOf(a[12], s.E) : ScaleOf(Arg{}, s.E);
+  E ct = ComputeType(q.dtype());
+  auto zeros = [&](size_t i) { return b.Splat(c.outputs[i].dtype, 0, c.outputs[i].shape); };
+  const TensorType& dk_t = c.outputs.at(1);
+  if (dk_t.shape.size() != 4 || dk_t.shape[1] != s.Hk)
+    throw std::invalid_argument("attention backward: key heads differ from the gradient's");
+  std::vector<Value> result;
+  if (s.B * s.Hq * s.L * s.S == 0) {
+    result = {zeros(0), zeros(1), zeros(2)};
+  } else {
+    Forward f = Probabilities(c, s, q, k, v, a[4], causal, scale);
+    if (dropout > 0) f.keep = KeepMask(b, StateFrom(b, a[7].tensor, a[8].tensor), f.p.shape(), dropout);
+    Value pd = Dropped(b, f.p, f.keep, dropout);
+    Value g5 = b.Reshape(b.Convert(go, ct), {s.B, s.Hk, s.G, s.L, s.Ev});
+    Value dv = b.DotGeneral(pd, g5, {0, 1}, {0, 1}, {2, 3}, {2, 3}, ct, c.fp32_highest);
+    Value dpd = b.DotGeneral(g5, f.v, {0, 1}, {0, 1}, {4}, {3}, ct, c.fp32_highest);
+    Value dp = Dropped(b, dpd, f.keep, dropout);
+    std::vector<int64_t> sshape = f.p.shape();
+    Value row = b.Reduce(b.Binary("multiply", f.p, dp), b.ConstantInt(ct, 0), {4}, "add");
+    Value ds = b.Binary("multiply", f.p,
+                        b.Binary("subtract", dp, b.BroadcastInDim(row, sshape, {0, 1, 2, 3})));
+    Value dss = b.Binary("multiply", ds, b.Splat(ct, scale, sshape));
+    Value dq = b.DotGeneral(dss, f.k, {0, 1}, {0, 1}, {4}, {2}, ct, c.fp32_highest);
+    Value dk = b.DotGeneral(dss, f.q5, {0, 1}, {0, 1}, {2, 3}, {2, 3}, ct, c.fp32_highest);
+    result = {b.Convert(b.Reshape(dq, c.outputs[0].shape), c.outputs[0].dtype),
+              b.Convert(b.Reshape(dk, c.outputs[1].shape), c.outputs[1].dtype),
+              b.Convert(b.Reshape(dv, c.outputs[2].shape), c.outputs[2].dtype)};
+    if (c.outputs.size() > 3 && a[4].kind == K::Tensor && a[4].tensor.dtype() != E::Bool) {
+      Value gb = ReduceTo(b, b.Reshape(ds, {s.B, s.Hq, s.L, s.S}), a[4].tensor.shape());
+      result.push_back(b.Convert(b.Reshape(gb, c.outputs[3].shape), c.outputs[3].dtype));
+      return result;
+    }
+  }
+  if (c.outputs.size() > 3) result.push_back(zeros(3));
+  return result;
+}
+
+const bool registered = [] {
+  RegisterRandom("_scaled_dot_product_efficient_attention", AttentionForward);
+  Register("_scaled_dot_product_efficient_attention_backward", AttentionBackward);
+  return true;
+}();
+
+}  // namespace
+}  // namespace torch_tpu::lowering

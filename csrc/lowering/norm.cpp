@@ -1,0 +1,444 @@
+// Normalization rules: layer norm, group norm, batch norm, RMS norm, forward
+// and backward. Statistics are computed in the compute type (f32 for 16-bit
+// floats), like PyTorch's CPU kernels; outputs are converted back.
+//
+// Backward rules return every gradient (grad_input, grad_weight, grad_bias)
+// with its natural shape and dtype whatever `output_mask` says, computed
+// from the arguments only: masked-out ones cost nothing (XLA drops unused
+// results) and a dispatcher that maps None outputs can simply skip them.
+//
+// Batch norm in training mode also updates running_mean / running_var: the
+// rules return the new running statistics after the op's outputs (see
+// BatchNormForward). For _native_batch_norm_legit and _batch_norm_with_update
+// the schema marks them mutated and the dispatcher writes them back; for
+// native_batch_norm (eager nn.BatchNorm*) the schema does not, so they are
+// extra results the dispatcher must be told to write.
+#include <cmath>
+
+#include "lowering/lowering.h"
+
+namespace torch_tpu::lowering {
+namespace {
+
+using K = Arg::Kind;
+
+int64_t Prod(const std::vector<int64_t>& v, size_t from = 0, size_t to = SIZE_MAX) {
+  int64_t p = 1;
+  for (size_t i = from; i < v.size() && i < to; ++i) p *= v[i];
+  return p;
+}
+
+std::vector<int64_t> Range(int64_t from, int64_t to) {
+  std::vector<int64_t> r;
+  for (int64_t i = from; i < to; ++i) r.push_back(i);
+  return r;
+}
+
+Value Sum(Builder& b, Value x, const std::vector<int64_t>& dims) {
+  return b.Reduce(x, b.Constant(x.dtype(), 0), dims, "add");
+}
+
+// x / n as a splat of x's shape.
+Value DivN(Builder& b, Value x, int64_t n) {
+  return b.Binary("divide", x, b.Splat(x.dtype(), static_cast<double>(n), x.shape()));
+}
+
+Value Mul(Builder& b, Value x, Value y) { return b.Binary("multiply", x, y); }
+Value Add(Builder& b, Value x, Value y) { return b.Binary("add", x, y); }
+Value Sub(Builder& b, Value x, Value y) { return b.Binary("subtract", x, y); }
+
+bool IsTensor(const Arg& a) { return a.kind == K::Tensor; }
+
+// The compute type of an op over `x` and its optional parameters.
+ElementType NormComputeType(const std::vector<const Arg*>& args) {
+  ElementType t = ElementType::F32;
+  for (const Arg* a : args)
+    if (a && IsTensor(*a) && a->tensor.dtype() == ElementType::F64) t = ElementType::F64;
+  return t;
+}
+
+// 1 / sqrt(v + eps), as ATen (0 where v + eps == 0, as batch norm's InvStd).
+Value InvStd(Builder& b, Value var, double eps, bool zero_for_zero) {
+  Value v = Add(b, var, b.Splat(var.dtype(), eps, var.shape()));
+  Value r = b.Unary("rsqrt", v);
+  if (!zero_for_zero) return r;
+  Value zero = b.Splat(var.dtype(), 0, var.shape());
+  return b.Select(b.Compare("EQ", v, zero), zero, r);
+}
+
+// Reshapes (and converts) a statistics tensor to `shape`.
+Value Stat(Builder& b, const Arg& a, ElementType ct, const std::vector<int64_t>& shape) {
+  return b.Reshape(b.Convert(a.tensor, ct), shape);
+}
+
+bool Mask(const Arg& a, size_t i) {
+  return a.kind != K::IntList || i >= a.ints.size() || a.ints[i] != 0;
+}
+
+// ---------------------------------------------------------------- layer norm
+
+// native_layer_norm(input, normalized_shape, weight?, bias?, eps)
+//   -> (out, mean, rstd)
+std::vector<Value> LayerNorm(Context& c, const std::vector<Arg>& a) {
+  Builder& b = c.b;
+  Value x = a.at(0).tensor;
+  const std::vector<int64_t>& ns = a.at(1).ints;
+  int64_t axis = x.rank() - static_cast<int64_t>(ns.size());
+  if (axis < 0) throw Unsupported("native_layer_norm: normalized_shape longer than input");
+  ElementType ct = NormComputeType({&a[0], &a[2], &a[3]});
+  const std::vector<int64_t>& shape = x.shape();
+  int64_t m = Prod(shape, 0, axis), n = Prod(shape, axis);
+  double eps = a.at(4).d;
+  Value xf = b.Reshape(b.Convert(x, ct), {m, n});
+  Value mean = DivN(b, Sum(b, xf, {1}), n);
+  Value xc = Sub(b, xf, b.BroadcastInDim(mean, {m, n}, {0}));
+  Value var = DivN(b, Sum(b, Mul(b, xc, xc), {1}), n);
+  Value rstd = InvStd(b, var, eps, false);
+  Value y = b.Reshape(Mul(b, xc, b.BroadcastInDim(rstd, {m, n}, {0})), shape);
+  std::vector<int64_t> tail = Range(axis, x.rank());
+  if (IsTensor(a.at(2))) y = Mul(b, y, b.BroadcastInDim(b.Convert(a[2].tensor, ct), shape, tail));
+  if (IsTensor(a.at(3))) y = Add(b, y, b.BroadcastInDim(b.Convert(a[3].tensor, ct), shape, tail));
+  const auto& outs = c.outputs;
+  return {b.Convert(y, outs.at(0).dtype), b.Convert(b.Reshape(mean, outs.at(1).shape), outs.at(1).dtype),
+          b.Convert(b.Reshape(rstd, outs.at(2).shape), outs.at(2).dtype)};
+}
+
+// native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd,
+//   weight?, bias?, output_mask) -> (grad_input, grad_weight, grad_bias)
+std::vector<Value> LayerNormBackward(Context& c, const std::vector<Arg>& a) {
+  Builder& b = c.b;
+  Value x = a.at(1).tensor;
+  const std::vector<int64_t>& ns = a.at(2).ints;
+  int64_t axis = x.rank() - static_cast<int64_t>(ns.size());
+  if (axis < 0) throw Unsupported("native_layer_norm_backward: bad normalized_shape");
+  ElementType ct = NormComputeType({&a[0], &a[1], &a[5], &a[6]});
+  const std::vector<int64_t>& shape = x.shape();
+  int64_t m = Prod(shape, 0, axis), n = Prod(shape, axis);
+  Value dy = b.Reshape(b.Convert(a.at(0).tensor, ct), {m, n});
+  Value xf = b.Reshape(b.Convert(x, ct), {m, n});
+  Value mean = b.BroadcastInDim(Stat(b, a.at(3), ct, {m}), {m, n}, {0});
+  Value rstd = b.BroadcastInDim(Stat(b, a.at(4), ct, {m}), {m, n}, {0});
+  Value xhat = Mul(b, Sub(b, xf, mean), rstd);
+  Value g = dy;
+  bool has_weight = IsTensor(a.at(5));
+  if (has_weight)
+    g = Mul(b, dy, b.BroadcastInDim(b.Reshape(b.Convert(a[5].tensor, ct), {n}), {m, n}, {1}));
+  Value mean_g = b.BroadcastInDim(DivN(b, Sum(b, g, {1}), n), {m, n}, {0});
+  Value mean_gx = b.BroadcastInDim(DivN(b, Sum(b, Mul(b, g, xhat), {1}), n), {m, n}, {0});
+  Value dx = Mul(b, rstd, Sub(b, Sub(b, g, mean_g), Mul(b, xhat, mean_gx)));
+  Value dw = b.Reshape(Sum(b, Mul(b, dy, xhat), {0}), ns);
+  Value db = b.Reshape(Sum(b, dy, {0}), ns);
+  ElementType wt = has_weight ? a[5].tensor.dtype() : x.dtype();
+  ElementType bt = IsTensor(a.at(6)) ? a[6].tensor.dtype() : wt;
+  return {b.Convert(b.Reshape(dx, shape), x.dtype()), b.Convert(dw, wt), b.Convert(db, bt)};
+}
+
+// ---------------------------------------------------------------- group norm
+
+// native_group_norm(input, weight?, bias?, N, C, HxW, group, eps)
+//   -> (out, mean [N, G], rstd [N, G])
+std::vector<Value> GroupNorm(Context& c, const std::vector<Arg>& a) {
+  Builder& b = c.b;
+  Value x = a.at(0).tensor;
+  int64_t n = a.at(3).i, ch = a.at(4).i, hw = a.at(5).i, g = a.at(6).i;
+  if (g <= 0 || ch % g != 0) throw Unsupported("native_group_norm: C not divisible by group");
+  int64_t d = ch / g;
+  ElementType ct = NormComputeType({&a[0], &a[1], &a[2]});
+  double eps = a.at(7).d;
+  std::vector<int64_t> grouped{n, g, d * hw};
+  Value xf = b.Reshape(b.Convert(x, ct), grouped);
+  Value mean = DivN(b, Sum(b, xf, {2}), d * hw);
+  Value xc = Sub(b, xf, b.BroadcastInDim(mean, grouped, {0, 1}));
+  Value var = DivN(b, Sum(b, Mul(b, xc, xc), {2}), d * hw);
+  Value rstd = InvStd(b, var, eps, false);
+  Value y = b.Reshape(Mul(b, xc, b.BroadcastInDim(rstd, grouped, {0, 1})), {n, ch, hw});
+  if (IsTensor(a.at(1)))
+    y = Mul(b, y, b.BroadcastInDim(b.Convert(a[1].tensor, ct), {n, ch, hw}, {1}));
+  if (IsTensor(a.at(2)))
+    y = Add(b, y, b.BroadcastInDim(b.Convert(a[2].tensor, ct), {n, ch, hw}, {1}));
+  const auto& outs = c.outputs;
+  return {b.Convert(b.Reshape(y, x.shape()), outs.at(0).dtype),
+          b.Convert(b.Reshape(mean, outs.at(1).shape), outs.at(1).dtype),
+          b.Convert(b.Reshape(rstd, outs.at(2).shape), outs.at(2).dtype)};
+}
+
+// native_group_norm_backward(grad_out, input, mean, rstd, weight?, N, C,
+//   HxW, group, output_mask) -> (grad_input, grad_weight, grad_bias)
+std::vector<Value> GroupNormBackward(Context& c, const std::vector<Arg>& a) {
+  Builder& b = c.b;
+  Value x = a.at(1).tensor;
+  int64_t n = a.at(5).i, ch = a.at(6).i, hw = a.at(7).i, g = a.at(8).i;
+  if (g <= 0 || ch % g != 0) throw Unsupported("native_group_norm_backward: C not divisible by group");
+  int64_t d = ch / g;
+  ElementType ct = NormComputeType({&a[0], &a[1], &a[4]});
+  std::vector<int64_t> s4{n, g, d, hw};
+  Value dy = b.Reshape(b.Convert(a.at(0).tensor, ct), s4);
+  Value xf = b.Reshape(b.Convert(x, ct), s4);
+  Value mean = b.BroadcastInDim(Stat(b, a.at(2), ct, {n, g}), s4, {0, 1});
+  Value rstd = b.BroadcastInDim(Stat(b, a.at(3), ct, {n, g}), s4, {0, 1});
+  Value xhat = Mul(b, Sub(b, xf, mean), rstd);
+  bool has_weight = IsTensor(a.at(4));
+  Value gy = dy;
+  if (has_weight)
+    gy = Mul(b, dy, b.BroadcastInDim(b.Reshape(b.Convert(a[4].tensor, ct), {g, d}), s4, {1, 2}));
+  int64_t count = d * hw;
+  Value mean_g = b.BroadcastInDim(DivN(b, Sum(b, gy, {2, 3}), count), s4, {0, 1});
+  Value mean_gx = b.BroadcastInDim(DivN(b, Sum(b, Mul(b, gy, xhat), {2, 3}), count), s4, {0, 1});
+  Value dx = Mul(b, rstd, Sub(b, Sub(b, gy, mean_g), Mul(b, xhat, mean_gx)));
+  Value dw = b.Reshape(Sum(b, Mul(b, dy, xhat), {0, 3}), {ch});
+  Value db = b.Reshape(Sum(b, dy, {0, 3}), {ch});
+  ElementType wt = has_weight ? a[4].tensor.dtype() : x.dtype();
+  return {b.Convert(b.Reshape(dx, x.shape()), x.dtype()), b.Convert(dw, wt), b.Convert(db, wt)};
+}
+
+// ---------------------------------------------------------------- batch norm
+
+struct BatchNormArgs {
+  const Arg* input;
+  const Arg* weight;
+  const Arg* bias;
+  const Arg* running_mean;  // may be None
+  const Arg* running_var;
+  bool training;
+  double momentum;
+  double eps;
+};
+
+// Returns {out, save_mean, save_invstd} shaped like c.outputs[0..2] (eval
+// mode: the saved statistics are whatever shape meta says, empty on CPU),
+// followed, in training mode with running statistics, by the updated
+// running_mean and running_var (EXTRA values beyond the op's outputs).
+std::vector<Value> BatchNormForward(Context& c, const BatchNormArgs& p) {
+  Builder& b = c.b;
+  Value x = p.input->tensor;
+  if (x.rank() < 2) throw Unsupported("batch norm on an input of rank < 2");
+  ElementType ct = NormComputeType({p.input, p.weight, p.bias});
+  const std::vector<int64_t>& shape = x.shape();
+  int64_t ch = shape[1];
+  int64_t n = ch == 0 ? 0 : Prod(shape) / ch;
+  std::vector<int64_t> reduce;
+  for (int64_t i = 0; i < x.rank(); ++i)
+    if (i != 1) reduce.push_back(i);
+  Value xf = b.Convert(x, ct);
+  bool has_stats = IsTensor(*p.running_mean) && IsTensor(*p.running_var);
+  Value mean, invstd, var;
+  if (p.training) {
+    mean = DivN(b, Sum(b, xf, reduce), n);
+    Value xc = Sub(b, xf, b.BroadcastInDim(mean, shape, {1}));
+    var = DivN(b, Sum(b, Mul(b, xc, xc), reduce), n);
+    invstd = InvStd(b, var, p.eps, true);
+  } else {
+    if (!has_stats) throw Unsupported("batch norm in eval mode without running statistics");
+    mean = b.Convert(p.running_mean->tensor, ct);
+    invstd = InvStd(b, b.Convert(p.running_var->tensor, ct), p.eps, false);
+  }
+  Value alpha = invstd, beta;
+  if (IsTensor(*p.weight)) alpha = Mul(b, alpha, b.Convert(p.weight->tensor, ct));
+  beta = b.Unary("negate", Mul(b, mean, alpha));
+  if (IsTensor(*p.bias)) beta = Add(b, beta, b.Convert(p.bias->tensor, ct));
+  Value y = Add(b, Mul(b, xf, b.BroadcastInDim(alpha, shape, {1})), b.BroadcastInDim(beta, shape, {1}));
+  const auto& outs = c.outputs;
+  auto saved = [&](Value v, size_t i) {
+    const TensorType& t = outs.at(i);
+    if (t.numel() == ch) return b.Convert(b.Reshape(v, t.shape), t.dtype);
+    return b.Splat(t.dtype, 0, t.shape);
+  };
+  std::vector<Value> r{b.Convert(y, outs.at(0).dtype), saved(mean, 1), saved(invstd, 2)};
+  if (p.training && has_stats) {
+    Value rm = p.running_mean->tensor, rv = p.running_var->tensor;
+    ElementType st = rm.dtype() == ElementType::F64 ? ElementType::F64 : ct;
+    Value mom = b.Splat(st, p.momentum, {ch}), keep = b.Splat(st, 1.0 - p.momentum, {ch});
+    Value unbiased = Mul(b, b.Convert(var, st),
+                         b.Splat(st, static_cast<double>(n) / static_cast<double>(n - 1), {ch}));
+    Value new_rm = Add(b, Mul(b, mom, b.Convert(mean, st)), Mul(b, keep, b.Convert(rm, st)));
+    Value new_rv = Add(b, Mul(b, mom, unbiased), Mul(b, keep, b.Convert(rv, st)));
+    r.push_back(b.Convert(new_rm, rm.dtype()));
+    r.push_back(b.Convert(new_rv, rv.dtype()));
+  } else if (outs.size() >= 5 && has_stats) {
+    // A dispatcher that treats the running stats as mutated: unchanged.
+    r.push_back(p.running_mean->tensor);
+    r.push_back(p.running_var->tensor);
+  }
+  return r;
+}
+
+// native_batch_norm_backward(grad_out, input, weight?, running_mean?,
+//   running_var?, save_mean?, save_invstd?, train, eps, output_mask)
+std::vector<Value> BatchNormBackward(Context& c, const std::vector<Arg>& a) {
+  Builder& b = c.b;
+  Value x = a.at(1).tensor;
+  if (x.rank() < 2) throw Unsupported("batch norm on an input of rank < 2");
+  bool train = a.at(7).i != 0;
+  double eps = a.at(8).d;
+  ElementType ct = NormComputeType({&a[0], &a[1], &a[2]});
+  const std::vector<int64_t>& shape = x.shape();
+  int64_t ch = shape[1];
+  int64_t n = ch == 0 ? 0 : Prod(shape) / ch;
+  std::vector<int64_t> reduce;
+  for (int64_t i = 0; i < x.rank(); ++i)
+    if (i != 1) reduce.push_back(i);
+  Value mean, invstd;
+  if (train) {
+    if (!IsTensor(a.at(5)) || !IsTensor(a.at(6)))
+      throw Unsupported("batch norm backward (train) without saved statistics");
+    mean = Stat(b, a[5], ct, {ch});
+    invstd = Stat(b, a[6], ct, {ch});
+  } else {
+    if (!IsTensor(a.at(3)) || !IsTensor(a.at(4)))
+      throw Unsupported("batch norm backward (eval) without running statistics");
+    mean = Stat(b, a[3], ct, {ch});
+    invstd = InvStd(b, Stat(b, a[4], ct, {ch}), eps, false);
+  }
+  Value dy = b.Convert(a.at(0).tensor, ct), xf = b.Convert(x, ct);
+  Value xc = Sub(b, xf, b.BroadcastInDim(mean, shape, {1}));
+  Value dotp = Sum(b, Mul(b, xc, dy), reduce);
+  Value sum = Sum(b, dy, reduce);
+  bool has_weight = IsTensor(a.at(2));
+  Value w = has_weight ? b.Convert(a[2].tensor, ct) : b.Splat(ct, 1, {ch});
+  Value dx;
+  if (train) {
+    Value k = DivN(b, Mul(b, dotp, Mul(b, invstd, invstd)), n);
+    Value mean_dy = DivN(b, sum, n);
+    dx = Sub(b, Sub(b, dy, Mul(b, xc, b.BroadcastInDim(k, shape, {1}))),
+             b.BroadcastInDim(mean_dy, shape, {1}));
+    dx = Mul(b, dx, b.BroadcastInDim(Mul(b, invstd, w), shape, {1}));
+  } else {
+    dx = Mul(b, dy, b.BroadcastInDim(Mul(b, invstd, w), shape, {1}));
+  }
+  ElementType wt = has_weight ? a[2].tensor.dtype() : x.dtype();
+  return {b.Convert(dx, x.dtype()), b.Convert(Mul(b, dotp, invstd), wt), b.Convert(sum, wt)};
+}
+
+// ---------------------------------------------------------------- rms norm
+
+double DefaultEps(ElementType t) {
+  // rms_norm's default: epsilon of the compute (opmath) type.
+  return t == ElementType::F64 ? 2.220446049250313e-16 : 1.1920928955078125e-07;
+}
+
+// _fused_rms_norm(input, normalized_shape, weight?, eps?) -> (out, rstd)
+std::vector<Value> RmsNorm(Context& c, const std::vector<Arg>& a) {
+  Builder& b = c.b;
+  Value x = a.at(0).tensor;
+  const std::vector<int64_t>& ns = a.at(1).ints;
+  int64_t axis = x.rank() - static_cast<int64_t>(ns.size());
+  if (axis < 0) throw Unsupported("_fused_rms_norm: normalized_shape longer than input");
+  ElementType ct = ComputeType(x.dtype());
+  double eps = a.at(3).kind == K::Double ? a[3].d : DefaultEps(ct);
+  const std::vector<int64_t>& shape = x.shape();
+  int64_t m = Prod(shape, 0, axis), n = Prod(shape, axis);
+  Value xf = b.Reshape(b.Convert(x, ct), {m, n});
+  Value ms = DivN(b, Sum(b, Mul(b, xf, xf), {1}), n);
+  Value rstd = InvStd(b, ms, eps, false);
+  // As ATen's composite: normalize in the compute type, round to the input
+  // dtype, then scale by the weight.
+  Value y = b.Convert(Mul(b, xf, b.BroadcastInDim(rstd, {m, n}, {0})), x.dtype());
+  y = b.Reshape(y, shape);
+  const TensorType& out = c.outputs.at(0);
+  if (IsTensor(a.at(2))) {
+    ElementType wct = ComputeType(out.dtype);
+    y = Mul(b, b.Convert(y, wct),
+            b.BroadcastInDim(b.Convert(a[2].tensor, wct), shape, Range(axis, x.rank())));
+  }
+  return {b.Convert(y, out.dtype),
+          b.Convert(b.Reshape(rstd, c.outputs.at(1).shape), c.outputs.at(1).dtype)};
+}
+
+// _fused_rms_norm_backward(grad_out, input, normalized_shape, rstd, weight?,
+//   output_mask[2]) -> (grad_input, grad_weight)
+std::vector<Value> RmsNormBackward(Context& c, const std::vector<Arg>& a) {
+  Builder& b = c.b;
+  Value x = a.at(1).tensor;
+  const std::vector<int64_t>& ns = a.at(2).ints;
+  int64_t axis = x.rank() - static_cast<int64_t>(ns.size());
+  if (axis < 0) throw Unsupported("_fused_rms_norm_backward: bad normalized_shape");
+  ElementType ct = NormComputeType({&a[0], &a[1], &a[4]});
+  const std::vector<int64_t>& shape = x.shape();
+  int64_t m = Prod(shape, 0, axis), n = Prod(shape, axis);
+  Value dy = b.Reshape(b.Convert(a.at(0).tensor, ct), {m, n});
+  Value xf = b.Reshape(b.Convert(x, ct), {m, n});
+  Value rstd = b.BroadcastInDim(Stat(b, a.at(3), ct, {m}), {m, n}, {0});
+  Value xhat = Mul(b, xf, rstd);
+  bool has_weight = IsTensor(a.at(4));
+  Value g = dy;
+  if (has_weight)
+    g = Mul(b, dy, b.BroadcastInDim(b.Reshape(b.Convert(a[4].tensor, ct), {n}), {m, n}, {1}));
+  Value mean_gx = b.BroadcastInDim(DivN(b, Sum(b, Mul(b, g, xhat), {1}), n), {m, n}, {0});
+  Value dx = Mul(b, rstd, Sub(b, g, Mul(b, xhat, mean_gx)));
+  Value dw = b.Reshape(Sum(b, Mul(b, dy, xhat), {0}), ns);
+  ElementType wt = has_weight ? a[4].tensor.dtype() : x.dtype();
+  return {b.Convert(b.Reshape(dx, shape), x.dtype()), b.Convert(dw, wt)};
+}
+
+const bool registered = [] {
+  Register("native_layer_norm", LayerNorm);
+  Register("native_layer_norm_backward", LayerNormBackward);
+  Register("native_group_norm", GroupNorm);
+  Register("native_group_norm_backward", GroupNormBackward);
+
+  // native_batch_norm(input, weight?, bias?, running_mean?, running_var?,
+  //   training, momentum, eps). The CPU kernel updates the running stats in
+  // place although the schema does not say so: the new values come back as
+  // extra results (beyond the three outputs) for the dispatcher to write.
+  Register("native_batch_norm", [](Context& c, const std::vector<Arg>& a) {
+    return BatchNormForward(c, {&a[0], &a[1], &a[2], &a[3], &a[4], a.at(5).i != 0, a.at(6).d, a.at(7).d});
+  });
+  // _native_batch_norm_legit(input, weight?, bias?, running_mean(a!),
+  //   running_var(b!), training, momentum, eps) -> (out, save_mean,
+  //   save_invstd). Mutates its running stats AND returns fresh outputs: the
+  // dispatcher passes the fresh outputs first, then the mutated tensors, and
+  // the rule returns (out, save_mean, save_invstd, new running_mean, new
+  // running_var) in that order.
+  Register("_native_batch_norm_legit", [](Context& c, const std::vector<Arg>& a) {
+    if (c.outputs.size() != 5)
+      throw Unsupported("_native_batch_norm_legit: outputs plus mutated running stats");
+    bool training = a.at(5).i != 0;
+    return BatchNormForward(c, {&a[0], &a[1], &a[2], &a[3], &a[4], training, a.at(6).d, a.at(7).d});
+  });
+  // _batch_norm_with_update(input, weight?, bias?, running_mean(a!),
+  //   running_var(b!), momentum, eps) -> (out, save_mean, save_invstd,
+  //   reserve), then the mutated running stats.
+  Register("_batch_norm_with_update", [](Context& c, const std::vector<Arg>& a) {
+    if (c.outputs.size() != 6)
+      throw Unsupported("_batch_norm_with_update: outputs plus mutated running stats");
+    std::vector<Value> r =
+        BatchNormForward(c, {&a[0], &a[1], &a[2], &a[3], &a[4], true, a.at(5).d, a.at(6).d});
+    const TensorType& reserve = c.outputs.at(3);
+    r.insert(r.begin() + 3, c.b.Splat(reserve.dtype, 0, reserve.shape));
+    return r;
+  });
+  // _native_batch_norm_legit.no_stats(input, weight?, bias?, training, momentum, eps)
+  Register("_native_batch_norm_legit.no_stats", [](Context& c, const std::vector<Arg>& a) {
+    Arg none;
+    return BatchNormForward(c, {&a[0], &a[1], &a[2], &none, &none, a.at(3).i != 0, a.at(4).d, a.at(5).d});
+  });
+  // _native_batch_norm_legit_no_training(input, weight?, bias?, running_mean,
+  //   running_var, momentum, eps)
+  Register("_native_batch_norm_legit_no_training", [](Context& c, const std::vector<Arg>& a) {
+    return BatchNormForward(c, {&a[0], &a[1], &a[2], &a[3], &a[4], false, a.at(5).d, a.at(6).d});
+  });
+  // _batch_norm_no_update(input, weight?, bias?, running_mean?, running_var?,
+  //   momentum, eps) -> (out, save_mean, save_invstd, reserve)
+  Register("_batch_norm_no_update", [](Context& c, const std::vector<Arg>& a) {
+    bool training = !IsTensor(a.at(3)) || !IsTensor(a.at(4));
+    std::vector<Value> r =
+        BatchNormForward(c, {&a[0], &a[1], &a[2], &a[3], &a[4], training, a.at(5).d, a.at(6).d});
+    r.resize(3);
+    const TensorType& reserve = c.outputs.at(3);
+    r.push_back(c.b.Splat(reserve.dtype, 0, reserve.shape));
+    return r;
+  });
+  Register("native_batch_norm_backward", BatchNormBackward);
+  // batch_norm_backward(grad_out, input, weight, running_mean?, running_var?,
+  //   save_mean?, save_var?, update, eps, output_mask, reserve)
+  Register("batch_norm_backward", [](Context& c, const std::vector<Arg>& a) {
+    return BatchNormBackward(c, {a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9]});
+  });
+
+  Register("_fused_rms_norm", RmsNorm);
+  Register("_fused_rms_norm_backward", RmsNormBackward);
+  return true;
+}();
+
+}  // namespace
+}  // namespace torch_tpu::lowering

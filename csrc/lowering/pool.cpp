@@ -1,0 +1,661 @@
+// Pooling, padding and resampling: max/avg pooling (reduce_window), adaptive
+// average pooling, reflection/replication pads and the upsample family
+// (nearest, nearest-exact, linear/bilinear/trilinear, bicubic), each with
+// its backward op.
+//
+// Pads, resampling and adaptive pooling are separable: along each spatial
+// dim the output is a fixed linear map of the input, out[o] = sum_k w[k][o] *
+// in[idx[k][o]]. The index and weight tables are computed here, at compile
+// time, with PyTorch's own CPU formulas (float arithmetic as in its kernels)
+// and applied with one gather per dim. Backward ops apply the transposed map
+// (also a gather: no scatter, deterministic).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <optional>
+
+#include "lowering/lowering.h"
+
+namespace torch_tpu::lowering {
+namespace {
+
+using K = Arg::Kind;
+
+int64_t Prod(const std::vector<int64_t>& v, size_t from = 0) {
+  int64_t n = 1;
+  for (size_t i = from; i < v.size(); ++i) n *= v[i];
+  return n;
+}
+
+// `v` repeated to n entries when it has one (int[2] args accept a single int).
+std::vector<int64_t> Expand(const std::vector<int64_t>& v, size_t n, int64_t dflt) {
+  if (v.empty()) return std::vector<int64_t>(n, dflt);
+  if (v.size() == 1) return std::vector<int64_t>(n, v[0]);
+  return v;
+}
+
+std::optional<double> OptDouble(const std::vector<Arg>& a, size_t i) {
+  if (i >= a.size() || a[i].kind != K::Double) return std::nullopt;
+  return a[i].d;
+}
+
+std::string PaddingAttr(const std::vector<int64_t>& lo, const std::vector<int64_t>& hi) {
+  std::string s = "dense<[";
+  for (size_t i = 0; i < lo.size(); ++i)
+    s += (i ? ", [" : "[") + std::to_string(lo[i]) + ", " + std::to_string(hi[i]) + "]";
+  return s + "]> : tensor<" + std::to_string(lo.size()) + "x2xi64>";
+}
+
+// ---------------------------------------------------------------- constants
+
+Value ConstIndex(Builder& b, const std::vector<int64_t>& v) {
+  TensorType t{ElementType::I64, {static_cast<int64_t>(v.size())}};
+  return b.Op1("stablehlo.constant", {}, t, "value = dense<[" + hlo::Ints(v) + "]> : " + t.str());
+}
+
+Value ConstFloat(Builder& b, ElementType dt, const std::vector<double>& v) {
+  TensorType t{dt, {static_cast<int64_t>(v.size())}};
+  std::string s;
+  char buf[64];
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dt == ElementType::F64)
+      std::snprintf(buf, sizeof(buf), "%.17e", v[i]);
+    else
+      std::snprintf(buf, sizeof(buf), "%.9e", static_cast<double>(static_cast<float>(v[i])));
+    s += (i ? ", " : "") + std::string(buf);
+  }
+  return b.Op1("stablehlo.constant", {}, t, "value = dense<[" + s + "]> : " + t.str());
+}
+
+Value ConstBool(Builder& b, const std::vector<bool>& v) {
+  TensorType t{ElementType::Bool, {static_cast<int64_t>(v.size())}};
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::string(v[i] ? "true" : "false");
+  return b.Op1("stablehlo.constant", {}, t, "value = dense<[" + s + "]> : " + t.str());
+}
+
+// ---------------------------------------------------------------- separable maps
+
+// out[o] = sum_k w[k][o] * in[idx[k][o]] along one dim.
+struct Map {
+  int64_t in = 0, out = 0, taps = 1;
+  std::vector<int64_t> idx;  // [taps][out]
+  std::vector<double> w;     // [taps][out]; empty: one tap of weight 1
+  std::vector<bool> valid;   // [taps][out]; empty: all taps valid
+};
+
+Map Gather1(int64_t in, int64_t out, const std::function<int64_t(int64_t)>& src) {
+  Map m;
+  m.in = in;
+  m.out = out;
+  for (int64_t o = 0; o < out; ++o) m.idx.push_back(src(o));
+  return m;
+}
+
+// The adjoint map: in and out swap; taps padded (as invalid) to the largest
+// fan-in.
+Map Transposed(const Map& m) {
+  std::vector<std::vector<std::pair<int64_t, double>>> uses(m.in);
+  for (int64_t k = 0; k < m.taps; ++k)
+    for (int64_t o = 0; o < m.out; ++o) {
+      size_t j = k * m.out + o;
+      if (!m.valid.empty() && !m.valid[j]) continue;
+      uses[m.idx[j]].push_back({o, m.w.empty() ? 1.0 : m.w[j]});
+    }
+  Map t;
+  t.in = m.out;
+  t.out = m.in;
+  t.taps = 1;
+  for (const auto& u : uses) t.taps = std::max<int64_t>(t.taps, u.size());
+  t.idx.assign(t.taps * t.out, 0);
+  t.w.assign(t.taps * t.out, 0.0);
+  t.valid.assign(t.taps * t.out, false);
+  bool all_valid = true;
+  for (int64_t i = 0; i < t.out; ++i)
+    for (int64_t k = 0; k < t.taps; ++k) {
+      size_t j = k * t.out + i;
+      if (k < static_cast<int64_t>(uses[i].size())) {
+        t.idx[j] = uses[i][k].first;
+        t.w[j] = uses[i][k].second;
+        t.valid[j] = true;
+      } else {
+        all_valid = false;
+      }
+    }
+  if (all_valid) t.valid.clear();
+  return t;
+}
+
+// Applies `m` along `dim` of x (weights in x's dtype).
+Value Apply(Builder& b, Value x, int64_t dim, const Map& m) {
+  std::vector<int64_t> shape = x.shape();
+  shape[dim] = m.out;
+  if (Prod(shape) == 0 || x.type.numel() == 0) return b.Splat(x.dtype(), 0, shape);
+  std::vector<int64_t> others;
+  for (int64_t i = 0; i < x.rank(); ++i)
+    if (i != dim) others.push_back(x.shape()[i]);
+  Value idx = b.Reshape(ConstIndex(b, m.idx), {m.taps * m.out, 1});
+  Value g = b.Gather(x, idx, {dim});  // [taps*out, others...]
+  std::vector<int64_t> tshape{m.taps, m.out};
+  tshape.insert(tshape.end(), others.begin(), others.end());
+  g = b.Reshape(g, tshape);
+  if (!m.w.empty()) {
+    Value w = b.BroadcastInDim(b.Reshape(ConstFloat(b, x.dtype(), m.w), {m.taps, m.out}),
+                               tshape, {0, 1});
+    g = b.Binary("multiply", g, w);
+    if (!m.valid.empty()) {
+      Value ok = b.BroadcastInDim(b.Reshape(ConstBool(b, m.valid), {m.taps, m.out}), tshape,
+                                  {0, 1});
+      g = b.Select(ok, g, b.Splat(x.dtype(), 0, tshape));
+    }
+  }
+  std::vector<int64_t> rshape(tshape.begin() + 1, tshape.end());
+  g = (m.taps == 1) ? b.Reshape(g, rshape)
+                    : b.Reduce(g, b.Constant(x.dtype(), 0), {0}, "add");
+  std::vector<int64_t> perm;
+  for (int64_t i = 0; i < x.rank(); ++i) perm.push_back(i < dim ? i + 1 : (i == dim ? 0 : i));
+  return b.Transpose(g, perm);
+}
+
+// Applies one map per trailing dim (maps[j] to dim rank - n + j).
+Value ApplyAll(Builder& b, Value x, const std::vector<Map>& maps, bool transpose) {
+  int64_t first = x.rank() - static_cast<int64_t>(maps.size());
+  if (!transpose) {
+    for (int64_t j = static_cast<int64_t>(maps.size()) - 1; j >= 0; --j)
+      x = Apply(b, x, first + j, maps[j]);
+  } else {
+    for (size_t j = 0; j < maps.size(); ++j) x = Apply(b, x, first + j, Transposed(maps[j]));
+  }
+  return x;
+}
+
+// ---------------------------------------------------------------- PyTorch formulas
+
+template <typename T>
+T ScalesValue(std::optional<double> scale, int64_t in, int64_t out) {
+  return (scale.has_value() && *scale > 0.) ? static_cast<T>(1.0 / *scale)
+                                             : (static_cast<T>(in) / out);
+}
+
+template <typename T>
+T AreaScale(int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
+  if (out > 1)
+    return align_corners ? static_cast<T>(in - 1) / (out - 1) : ScalesValue<T>(scale, in, out);
+  return T(0);
+}
+
+template <typename T>
+T SourceIndex(T scale, int64_t dst, bool align_corners, bool cubic) {
+  if (align_corners) return scale * dst;
+  T src = scale * (dst + static_cast<T>(0.5)) - static_cast<T>(0.5);
+  return (!cubic && src < 0) ? T(0) : src;
+}
+
+template <typename T>
+void GuardIndexAndLambda(T real, int64_t in, int64_t& index, T& lambda) {
+  index = std::min(static_cast<int64_t>(floorf(static_cast<float>(real))), in - 1);
+  lambda = std::min(std::max(real - index, static_cast<T>(0)), static_cast<T>(1));
+}
+
+enum class Mode { Nearest, NearestExact, Linear, Cubic };
+
+Map NearestMap(int64_t in, int64_t out, std::optional<double> scale, bool exact) {
+  return Gather1(in, out, [&](int64_t o) -> int64_t {
+    float s = ScalesValue<float>(scale, in, out);
+    if (exact)
+      return std::min(static_cast<int64_t>(floorf(static_cast<float>((o + 0.5) * s))), in - 1);
+    if (out == in) return o;
+    if (out == 2 * in) return o >> 1;
+    return std::min(static_cast<int64_t>(floorf(o * s)), in - 1);
+  });
+}
+
+template <typename T>
+Map InterpMap(int64_t in, int64_t out, bool align_corners, std::optional<double> scale,
+              bool cubic) {
+  Map m;
+  m.in = in;
+  m.out = out;
+  m.taps = cubic ? 4 : 2;
+  m.idx.assign(m.taps * out, 0);
+  m.w.assign(m.taps * out, 0.0);
+  T ratio = AreaScale<T>(in, out, align_corners, scale);
+  for (int64_t o = 0; o < out; ++o) {
+    T real = SourceIndex<T>(ratio, o, align_corners, cubic);
+    int64_t i0;
+    T lambda;
+    GuardIndexAndLambda<T>(real, in, i0, lambda);
+    if (!cubic) {
+      m.idx[o] = i0;
+      m.idx[out + o] = i0 + (i0 < in - 1 ? 1 : 0);
+      m.w[o] = static_cast<T>(1) - lambda;
+      m.w[out + o] = lambda;
+      continue;
+    }
+    const T A = -0.75;
+    auto c1 = [A](T x) { return ((A + 2) * x - (A + 3)) * x * x + 1; };
+    auto c2 = [A](T x) { return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; };
+    T t = lambda, t2 = static_cast<T>(1.0) - lambda;
+    T coeffs[4] = {c2(t + static_cast<T>(1.0)), c1(t), c1(t2), c2(t2 + static_cast<T>(1.0))};
+    for (int64_t k = 0; k < 4; ++k) {
+      m.idx[k * out + o] = std::max<int64_t>(std::min<int64_t>(i0 - 1 + k, in - 1), 0);
+      m.w[k * out + o] = coeffs[k];
+    }
+  }
+  return m;
+}
+
+// The maps of one upsample call: `in` and `out` are the spatial sizes.
+std::vector<Map> UpsampleMaps(Mode mode, const std::vector<int64_t>& in,
+                              const std::vector<int64_t>& out, bool align_corners,
+                              const std::vector<std::optional<double>>& scales, bool f64) {
+  std::vector<Map> maps;
+  for (size_t j = 0; j < in.size(); ++j) {
+    auto s = j < scales.size() ? scales[j] : std::nullopt;
+    switch (mode) {
+      case Mode::Nearest: maps.push_back(NearestMap(in[j], out[j], s, false)); break;
+      case Mode::NearestExact: maps.push_back(NearestMap(in[j], out[j], s, true)); break;
+      case Mode::Linear:
+      case Mode::Cubic:
+        maps.push_back(f64 ? InterpMap<double>(in[j], out[j], align_corners, s, mode == Mode::Cubic)
+                           : InterpMap<float>(in[j], out[j], align_corners, s, mode == Mode::Cubic));
+        break;
+    }
+  }
+  return maps;
+}
+
+// upsample_*(self, output_size, [align_corners,] scales...) and
+// upsample_*_backward(grad_output, output_size, input_size, [align_corners,] scales...).
+Rule UpsampleRule(Mode mode, int64_t n, bool backward) {
+  return [mode, n, backward](Context& c, const std::vector<Arg>& a) {
+    const TensorType& out = c.outputs.at(0);
+    Value x = a.at(0).tensor;
+    bool interp = mode == Mode::Linear || mode == Mode::Cubic;
+    size_t next = backward ? 3 : 2;
+    bool align = interp ? a.at(next++).i != 0 : false;
+    std::vector<std::optional<double>> scales;
+    for (int64_t j = 0; j < n; ++j) scales.push_back(OptDouble(a, next + j));
+    std::vector<int64_t> out_size = a.at(1).ints;
+    std::vector<int64_t> in_size;
+    if (backward) {
+      const auto& full = a.at(2).ints;
+      in_size.assign(full.end() - n, full.end());
+    } else {
+      in_size.assign(x.shape().end() - n, x.shape().end());
+    }
+    if (!hlo::IsFloat(out.dtype) && (interp || backward))
+      throw Unsupported("interpolation of integer tensors");
+    ElementType ct = ComputeType(out.dtype);
+    bool exact_copy = !interp;  // gathers only: keep the dtype
+    Value v = exact_copy && !backward ? x : c.b.Convert(x, ct);
+    auto maps = UpsampleMaps(mode, in_size, out_size, align, scales, ct == ElementType::F64);
+    Value r = ApplyAll(c.b, v, maps, backward);
+    return std::vector<Value>{c.b.Convert(c.b.Reshape(r, out.shape), out.dtype)};
+  };
+}
+
+// ---------------------------------------------------------------- pads
+
+Map PadMap(int64_t in, int64_t lo, int64_t hi, bool reflect) {
+  return Gather1(in, in + lo + hi, [&](int64_t o) -> int64_t {
+    int64_t s = o - lo;
+    if (reflect) {
+      if (s < 0) s = -s;
+      if (s >= in) s = 2 * (in - 1) - s;
+      return s;
+    }
+    return std::min(std::max<int64_t>(s, 0), in - 1);
+  });
+}
+
+// reflection/replication_padNd(self, padding) and their backward ops
+// (grad_output, self, padding). padding pairs start at the last dim.
+Rule PadRule(bool reflect, bool backward) {
+  return [reflect, backward](Context& c, const std::vector<Arg>& a) {
+    const TensorType& out = c.outputs.at(0);
+    Value x = a.at(0).tensor;
+    Value self = backward ? a.at(1).tensor : x;
+    const auto& pad = a.at(backward ? 2 : 1).ints;
+    int64_t n = static_cast<int64_t>(pad.size()) / 2;
+    std::vector<Map> maps(n);
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t dim = self.rank() - 1 - j;
+      maps[n - 1 - j] = PadMap(self.shape()[dim], pad[2 * j], pad[2 * j + 1], reflect);
+    }
+    Value v = backward ? c.b.Convert(x, ComputeType(out.dtype)) : x;
+    if (backward && !hlo::IsFloat(out.dtype)) throw Unsupported("integer pad backward");
+    Value r = ApplyAll(c.b, v, maps, backward);
+    return std::vector<Value>{c.b.Convert(r, out.dtype)};
+  };
+}
+
+// ---------------------------------------------------------------- adaptive avg pool
+
+Map AdaptiveMap(int64_t in, int64_t out) {
+  Map m;
+  m.in = in;
+  m.out = out;
+  std::vector<int64_t> start(out), end(out);
+  m.taps = 1;
+  for (int64_t o = 0; o < out; ++o) {
+    start[o] = static_cast<int64_t>(std::floor(static_cast<float>(o * in) / out));
+    end[o] = static_cast<int64_t>(std::ceil(static_cast<float>((o + 1) * in) / out));
+    m.taps = std::max(m.taps, end[o] - start[o]);
+  }
+  m.idx.assign(m.taps * out, 0);
+  m.w.assign(m.taps * out, 0.0);
+  m.valid.assign(m.taps * out, false);
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t k = 0; k < end[o] - start[o]; ++k) {
+      m.idx[k * out + o] = start[o] + k;
+      m.w[k * out + o] = 1.0 / static_cast<double>(end[o] - start[o]);
+      m.valid[k * out + o] = true;
+    }
+  return m;
+}
+
+// _adaptive_avg_poolNd(self, output_size) / _backward(grad_output, self).
+Rule AdaptiveAvgRule(int64_t n, bool backward) {
+  return [n, backward](Context& c, const std::vector<Arg>& a) {
+    const TensorType& out = c.outputs.at(0);
+    if (!hlo::IsFloat(out.dtype)) throw Unsupported("integer adaptive_avg_pool");
+    Value x = a.at(0).tensor;
+    Value self = backward ? a.at(1).tensor : x;
+    std::vector<int64_t> in_size(self.shape().end() - n, self.shape().end());
+    std::vector<int64_t> out_size = backward
+                                        ? std::vector<int64_t>(x.shape().end() - n, x.shape().end())
+                                        : Expand(a.at(1).ints, n, 1);
+    std::vector<Map> maps;
+    for (int64_t j = 0; j < n; ++j) maps.push_back(AdaptiveMap(in_size[j], out_size[j]));
+    ElementType ct = ComputeType(out.dtype);
+    Value r = ApplyAll(c.b, c.b.Convert(x, ct), maps, backward);
+    return std::vector<Value>{c.b.Convert(c.b.Reshape(r, out.shape), out.dtype)};
+  };
+}
+
+// ---------------------------------------------------------------- reduce_window pools
+
+std::vector<Value> ReduceWindow(
+    Builder& b, const std::vector<Value>& xs, const std::vector<Value>& inits,
+    const std::vector<int64_t>& window, const std::vector<int64_t>& strides,
+    const std::vector<int64_t>& dilations, const std::vector<int64_t>& lo,
+    const std::vector<int64_t>& hi,
+    const std::function<std::vector<Value>(Builder&, const std::vector<Value>&)>& body) {
+  std::vector<int64_t> shape;
+  const auto& in = xs[0].shape();
+  for (size_t i = 0; i < in.size(); ++i) {
+    int64_t padded = in[i] + lo[i] + hi[i];
+    int64_t dk = (window[i] - 1) * dilations[i] + 1;
+    shape.push_back(padded < dk ? 0 : (padded - dk) / strides[i] + 1);
+  }
+  std::vector<Value> operands(xs);
+  operands.insert(operands.end(), inits.begin(), inits.end());
+  std::vector<TensorType> results, block_args;
+  for (const auto& x : xs) results.push_back(TensorType{x.dtype(), shape});
+  for (int rep = 0; rep < 2; ++rep)
+    for (const auto& x : xs) block_args.push_back(TensorType{x.dtype(), {}});
+  std::string attrs = "padding = " + PaddingAttr(lo, hi) +
+                      ", window_dilations = " + hlo::ArrayAttr(dilations) +
+                      ", window_dimensions = " + hlo::ArrayAttr(window) +
+                      ", window_strides = " + hlo::ArrayAttr(strides);
+  return b.OpWithRegion("stablehlo.reduce_window", operands, results, attrs, block_args,
+                        [&](const std::vector<Value>& args) { b.RegionReturn(body(b, args)); });
+}
+
+// Pooling geometry over the trailing n dims of x; lead dims get window 1.
+struct Window {
+  std::vector<int64_t> window, strides, dilations, lo, hi;  // full rank
+  std::vector<int64_t> out;                                 // full output shape
+};
+
+Window PoolWindow(const Value& x, const std::vector<int64_t>& out_shape, int64_t n,
+                  const std::vector<int64_t>& k, const std::vector<int64_t>& s,
+                  const std::vector<int64_t>& p, const std::vector<int64_t>& d) {
+  Window w;
+  int64_t lead = x.rank() - n;
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    if (i < lead) {
+      w.window.push_back(1); w.strides.push_back(1); w.dilations.push_back(1);
+      w.lo.push_back(0); w.hi.push_back(0);
+      continue;
+    }
+    int64_t j = i - lead, o = out_shape[i];
+    w.window.push_back(k[j]);
+    w.strides.push_back(s[j]);
+    w.dilations.push_back(d[j]);
+    w.lo.push_back(p[j]);
+    // Enough high padding for the last window (ceil_mode may need more
+    // than p); any surplus window is sliced off.
+    int64_t need = o <= 0 ? 0 : (o - 1) * s[j] + (k[j] - 1) * d[j] + 1 - x.shape()[i] - p[j];
+    w.hi.push_back(std::max<int64_t>(need, 0));
+  }
+  w.out = out_shape;
+  return w;
+}
+
+Value SliceTo(Builder& b, Value v, const std::vector<int64_t>& shape) {
+  if (v.shape() == shape) return v;
+  std::vector<int64_t> zeros(shape.size(), 0), ones(shape.size(), 1);
+  return b.Slice(v, zeros, shape, ones);
+}
+
+struct PoolArgs {
+  std::vector<int64_t> k, s, p, d;
+};
+
+PoolArgs ReadPoolArgs(const std::vector<Arg>& a, size_t first, int64_t n, bool has_dilation) {
+  PoolArgs r;
+  r.k = Expand(a.at(first).ints, n, 1);
+  r.s = a.at(first + 1).ints.empty() ? r.k : Expand(a.at(first + 1).ints, n, 1);
+  r.p = Expand(a.at(first + 2).ints, n, 0);
+  r.d = has_dilation ? Expand(a.at(first + 3).ints, n, 1) : std::vector<int64_t>(n, 1);
+  return r;
+}
+
+// max_poolNd_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode)
+Rule MaxPoolRule(int64_t n) {
+  return [n](Context& c, const std::vector<Arg>& a) {
+    Builder& b = c.b;
+    Value x = a.at(0).tensor;
+    const TensorType& out = c.outputs.at(0);
+    if (!hlo::IsFloat(x.dtype())) throw Unsupported("integer max pooling");
+    if (out.numel() == 0)
+      return std::vector<Value>{b.Splat(out.dtype, 0, out.shape),
+                                b.Splat(ElementType::I64, 0, out.shape)};
+    PoolArgs pa = ReadPoolArgs(a, 1, n, true);
+    Window w = PoolWindow(x, out.shape, n, pa.k, pa.s, pa.p, pa.d);
+    // Flat index into the input's spatial plane.
+    int64_t lead = x.rank() - n;
+    TensorType it{ElementType::I64, x.shape()};
+    Value idx = b.Splat(ElementType::I64, 0, x.shape());
+    int64_t stride = 1;
+    for (int64_t i = x.rank() - 1; i >= lead; --i) {
+      Value term = b.Binary("multiply", b.Iota(it, i),
+                            b.Splat(ElementType::I64, static_cast<double>(stride), x.shape()));
+      idx = b.Binary("add", idx, term);
+      stride *= x.shape()[i];
+    }
+    auto r = ReduceWindow(
+        b, {x, idx}, {b.MinValue(x.dtype()), b.ConstantInt(ElementType::I64, INT64_MAX)},
+        w.window, w.strides, w.dilations, w.lo, w.hi,
+        [](Builder& rb, const std::vector<Value>& v) {
+          Value av = v[0], ai = v[1], bv = v[2], bi = v[3];
+          // A total order: NaN above all (the last NaN wins, as the CPU
+          // kernel's `val > max || isnan(val)` scan), then value, then the
+          // first index among equals.
+          Value a_nan = rb.Compare("NE", av, av), b_nan = rb.Compare("NE", bv, bv);
+          Value b_ok = rb.Unary("not", b_nan);
+          Value first = rb.Compare("LT", ai, bi);
+          Value better = rb.Binary(
+              "or", rb.Compare("GT", av, bv), rb.Binary("and", rb.Compare("EQ", av, bv), first));
+          Value pick_a = rb.Select(a_nan, rb.Binary("or", b_ok, rb.Unary("not", first)),
+                                   rb.Binary("and", b_ok, better));
+          return std::vector<Value>{rb.Select(pick_a, av, bv), rb.Select(pick_a, ai, bi)};
+        });
+    return std::vector<Value>{SliceTo(b, r[0], out.shape), SliceTo(b, r[1], out.shape)};
+  };
+}
+
+// max_poolNd_with_indices_backward(grad_output, self, kernel_size, stride,
+//   padding, dilation, ceil_mode, indices): scatter-add into the plane.
+Rule MaxPoolBackwardRule(int64_t n) {
+  return [n](Context& c, const std::vector<Arg>& a) {
+    Builder& b = c.b;
+    const TensorType& out = c.outputs.at(0);
+    ElementType ct = ComputeType(out.dtype);
+    Value g = a.at(0).tensor, self = a.at(1).tensor, ind = a.at(7).tensor;
+    int64_t lead = self.rank() - n;
+    std::vector<int64_t> lead_shape(self.shape().begin(), self.shape().begin() + lead);
+    int64_t batch = Prod(lead_shape);
+    int64_t li = Prod(self.shape(), lead), lo = Prod(g.shape(), lead);
+    if (out.numel() == 0 || g.type.numel() == 0)
+      return std::vector<Value>{b.Splat(out.dtype, 0, out.shape)};
+    Value gi = CheckedIndex(c, b.Reshape(ind, {batch * lo, 1}), li, false,
+                            "max_pool_backward");
+    Value bi = b.Reshape(b.Iota(TensorType{ElementType::I64, {batch, lo}}, 0), {batch * lo, 1});
+    Value indices = b.Concatenate({bi, gi}, 1);
+    Value updates = b.Reshape(b.Convert(g, ct), {batch * lo});
+    Value r = b.Scatter(b.Splat(ct, 0, {batch, li}), indices, updates, {0, 1}, "add");
+    return std::vector<Value>{b.Convert(b.Reshape(r, out.shape), out.dtype)};
+  };
+}
+
+// The avg-pool divisor over the output's trailing n dims, broadcast to the
+// output shape (compute type).
+Value AvgDivisor(Builder& b, const Value& x, const std::vector<int64_t>& out_shape, int64_t n,
+                 const PoolArgs& pa, bool count_include_pad, const Arg& divisor_override,
+                 ElementType ct) {
+  if (divisor_override.kind == K::Int)
+    return b.Splat(ct, static_cast<double>(divisor_override.i), out_shape);
+  int64_t lead = x.rank() - n;
+  std::vector<int64_t> ones_shape, window, strides, dil, lo, hi, sp_out;
+  for (int64_t j = 0; j < n; ++j) {
+    int64_t in = x.shape()[lead + j], o = out_shape[lead + j];
+    int64_t need = (o - 1) * pa.s[j] + pa.k[j] - in - pa.p[j];
+    sp_out.push_back(o);
+    window.push_back(pa.k[j]);
+    strides.push_back(pa.s[j]);
+    dil.push_back(1);
+    if (count_include_pad) {  // windows clipped to [-p, in + p)
+      ones_shape.push_back(in + 2 * pa.p[j]);
+      lo.push_back(0);
+      hi.push_back(std::max<int64_t>(need - pa.p[j], 0));
+    } else {  // windows clipped to the input
+      ones_shape.push_back(in);
+      lo.push_back(pa.p[j]);
+      hi.push_back(std::max<int64_t>(need, 0));
+    }
+  }
+  Value ones = b.Splat(ct, 1, ones_shape);
+  Value cnt = ReduceWindow(b, {ones}, {b.Constant(ct, 0)}, window, strides, dil, lo, hi,
+                           [](Builder& rb, const std::vector<Value>& v) {
+                             return std::vector<Value>{rb.Binary("add", v[0], v[1])};
+                           })[0];
+  cnt = SliceTo(b, cnt, sp_out);
+  std::vector<int64_t> dims;
+  for (int64_t j = 0; j < n; ++j) dims.push_back(lead + j);
+  return b.BroadcastInDim(cnt, out_shape, dims);
+}
+
+// avg_poolNd(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+//   divisor_override)
+Rule AvgPoolRule(int64_t n) {
+  return [n](Context& c, const std::vector<Arg>& a) {
+    Builder& b = c.b;
+    const TensorType& out = c.outputs.at(0);
+    if (!hlo::IsFloat(out.dtype)) throw Unsupported("integer avg pooling");
+    if (out.numel() == 0) return std::vector<Value>{b.Splat(out.dtype, 0, out.shape)};
+    ElementType ct = ComputeType(out.dtype);
+    Value x = b.Convert(a.at(0).tensor, ct);
+    PoolArgs pa = ReadPoolArgs(a, 1, n, false);
+    Window w = PoolWindow(x, out.shape, n, pa.k, pa.s, pa.p, pa.d);
+    Value sum = ReduceWindow(b, {x}, {b.Constant(ct, 0)}, w.window, w.strides, w.dilations,
+                             w.lo, w.hi, [](Builder& rb, const std::vector<Value>& v) {
+                               return std::vector<Value>{rb.Binary("add", v[0], v[1])};
+                             })[0];
+    sum = SliceTo(b, sum, out.shape);
+    Value div = AvgDivisor(b, x, out.shape, n, pa, a.at(5).i != 0, a.at(6), ct);
+    return std::vector<Value>{b.Convert(b.Binary("divide", sum, div), out.dtype)};
+  };
+}
+
+// avg_poolNd_backward(grad_output, self, kernel_size, stride, padding,
+//   ceil_mode, count_include_pad, divisor_override): the adjoint of the
+// windowed sum is a stride-1 windowed sum over the dilated, padded grad.
+Rule AvgPoolBackwardRule(int64_t n) {
+  return [n](Context& c, const std::vector<Arg>& a) {
+    Builder& b = c.b;
+    const TensorType& out = c.outputs.at(0);
+    if (!hlo::IsFloat(out.dtype)) throw Unsupported("integer avg pooling");
+    ElementType ct = ComputeType(out.dtype);
+    Value g = b.Convert(a.at(0).tensor, ct), self = a.at(1).tensor;
+    if (out.numel() == 0 || g.type.numel() == 0)
+      return std::vector<Value>{b.Splat(out.dtype, 0, out.shape)};
+    PoolArgs pa = ReadPoolArgs(a, 2, n, false);
+    Value div = AvgDivisor(b, self, g.shape(), n, pa, a.at(6).i != 0, a.at(7), ct);
+    g = b.Binary("divide", g, div);
+    int64_t lead = self.rank() - n;
+    std::vector<int64_t> lo(self.rank(), 0), hi(self.rank(), 0), interior(self.rank(), 0);
+    std::vector<int64_t> window(self.rank(), 1), ones(self.rank(), 1);
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t i = lead + j, in = self.shape()[i], o = g.shape()[i];
+      int64_t before = pa.k[j] - 1 - pa.p[j];
+      lo[i] = before;
+      hi[i] = in + pa.k[j] - 1 - ((o - 1) * pa.s[j] + 1) - before;
+      interior[i] = pa.s[j] - 1;
+      window[i] = pa.k[j];
+    }
+    Value padded = b.Pad(g, b.Constant(ct, 0), lo, hi, interior);
+    std::vector<int64_t> zeros(self.rank(), 0);
+    Value r = ReduceWindow(b, {padded}, {b.Constant(ct, 0)}, window, ones, ones, zeros, zeros,
+                           [](Builder& rb, const std::vector<Value>& v) {
+                             return std::vector<Value>{rb.Binary("add", v[0], v[1])};
+                           })[0];
+    return std::vector<Value>{b.Convert(b.Reshape(r, out.shape), out.dtype)};
+  };
+}
+
+const bool registered = [] {
+  Register("max_pool2d_with_indices", MaxPoolRule(2));
+  Register("max_pool3d_with_indices", MaxPoolRule(3));
+  Register("max_pool2d_with_indices_backward", MaxPoolBackwardRule(2));
+  Register("max_pool3d_with_indices_backward", MaxPoolBackwardRule(3));
+  Register("avg_pool2d", AvgPoolRule(2));
+  Register("avg_pool3d", AvgPoolRule(3));
+  Register("avg_pool2d_backward", AvgPoolBackwardRule(2));
+  Register("avg_pool3d_backward", AvgPoolBackwardRule(3));
+  Register("_adaptive_avg_pool2d", AdaptiveAvgRule(2, false));
+  Register("_adaptive_avg_pool3d", AdaptiveAvgRule(3, false));
+  Register("_adaptive_avg_pool2d_backward", AdaptiveAvgRule(2, true));
+  Register("_adaptive_avg_pool3d_backward", AdaptiveAvgRule(3, true));
+
+  for (const char* d : {"1d", "2d", "3d"}) {
+    std::string s(d);
+    Register("reflection_pad" + s, PadRule(true, false));
+    Register("reflection_pad" + s + "_backward", PadRule(true, true));
+    Register("replication_pad" + s, PadRule(false, false));
+    Register("replication_pad" + s + "_backward", PadRule(false, true));
+  }
+  for (int64_t n = 1; n <= 3; ++n) {
+    std::string s = std::to_string(n) + "d";
+    Register("upsample_nearest" + s, UpsampleRule(Mode::Nearest, n, false));
+    Register("upsample_nearest" + s + "_backward", UpsampleRule(Mode::Nearest, n, true));
+    Register("_upsample_nearest_exact" + s, UpsampleRule(Mode::NearestExact, n, false));
+    Register("_upsample_nearest_exact" + s + "_backward",
+             UpsampleRule(Mode::NearestExact, n, true));
+  }
+  Register("upsample_linear1d", UpsampleRule(Mode::Linear, 1, false));
+  Register("upsample_linear1d_backward", UpsampleRule(Mode::Linear, 1, true));
+  Register("upsample_bilinear2d", UpsampleRule(Mode::Linear, 2, false));
+  Register("upsample_bilinear2d_backward", UpsampleRule(Mode::Linear, 2, true));
+  Register("upsample_trilinear3d", UpsampleRule(Mode::Linear, 3, false));
+  Register("upsample_trilinear3d_backward", UpsampleRule(Mode::Linear, 3, true));
+  Register("upsample_bicubic2d", UpsampleRule(Mode::Cubic, 2, false));
+  Register("upsample_bicubic2d_backward", UpsampleRule(Mode::Cubic, 2, true));
+  return true;
+}();
+
+}  // namespace
+}  // namespace torch_tpu::lowering

@@ -1,0 +1,572 @@
+"""``torch.compile(model, backend="tpu")``: whole graphs as one StableHLO module.
+
+Dynamo captures the graph, AOTAutograd splits it into forward and backward
+graphs of core ATen ops (PyTorch's core-ATen decompositions, except for ops
+that have a native lowering rule, which are kept whole), and each graph
+becomes ONE StableHLO module built from the same lowering rules eager ops
+use (``torch_tpu._C._Graph``), compiled once per input signature (Dynamo's
+guards decide when to recompile; ``dynamic=False`` by default) and run as one
+executable.
+
+A graph containing an op without a rule (or that the builder cannot lower)
+runs eagerly on the device, op by op, after one warning naming the ops:
+slower, never wrong.
+
+Plain ``torch.compile(model)`` (Inductor) cannot generate code for "tpu"
+tensors (it would crash looking for JAX/Pallas): graphs whose inputs live on
+tpu are routed to this backend instead (see :func:`_route_inductor`).
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import operator
+import sys
+import warnings
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx
+
+from . import _C
+
+__all__ = ["backend", "decompositions", "stats", "reset_stats"]
+
+_stats = {"graphs": 0, "native_graphs": 0, "fallback_graphs": 0}
+
+
+def stats() -> dict[str, int]:
+    """Counts of graphs seen by the backend: all, compiled natively, fallen back."""
+    return dict(_stats)
+
+
+def reset_stats() -> None:
+    """Zeroes :func:`stats`."""
+    for k in _stats:
+        _stats[k] = 0
+
+
+class _Unsupported(Exception):
+    """A node the graph builder cannot lower (the graph then runs eagerly)."""
+
+
+def _op_name(target: torch._ops.OpOverload) -> str:
+    """ATen schema name without "aten::": "add.Tensor", "native_layer_norm"."""
+    schema = target._schema
+    base = schema.name.split("::", 1)[1]
+    return f"{base}.{schema.overload_name}" if schema.overload_name else base
+
+
+def _has_rule(name: str) -> bool:
+    return bool(_C._Graph.has_rule(name))
+
+
+_decompositions: dict | None = None
+
+
+def decompositions() -> dict:
+    """Core-ATen decompositions minus those of ops that have a lowering rule."""
+    global _decompositions
+    if _decompositions is None:
+        from torch._decomp import core_aten_decompositions
+
+        table = dict(core_aten_decompositions())
+        for op in list(table):
+            if isinstance(op, torch._ops.OpOverload) and _has_rule(_op_name(op)):
+                del table[op]
+        aten = torch.ops.aten
+        if _has_rule("_scaled_dot_product_efficient_attention"):
+            table[aten._scaled_dot_product_fused_attention_overrideable.default] = _sdpa_forward
+        if _has_rule("_scaled_dot_product_efficient_attention_backward"):
+            table[aten._scaled_dot_product_fused_attention_overrideable_backward.default] = _sdpa_backward
+        _decompositions = table
+    return _decompositions
+
+
+# F.scaled_dot_product_attention on tpu picks the "overrideable" backend,
+# whose eager kernels (csrc/aten/data_dependent.cpp) call the efficient
+# attention ops that have lowering rules. The overrideable forward returns
+# ints, which a graph cannot: these decompositions mirror those kernels so
+# the graph holds the efficient attention ops instead.
+
+
+def _sdpa_forward(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False,
+                  return_debug_mask=False, scale=None):  # noqa: ANN001, ANN202
+    three = query.dim() == 3
+    q, k, v = (t.unsqueeze(0) if three else t for t in (query, key, value))
+    out, lse, seed, offset = torch.ops.aten._scaled_dot_product_efficient_attention(
+        q, k, v, attn_bias, True, dropout_p, is_causal, scale=scale)
+    L, S = q.size(2), k.size(2)
+    lse = lse.narrow(2, 0, L)
+    if three:
+        out = out.squeeze(0)
+    return out, lse, None, None, L, S, seed, offset, None
+
+
+def _sdpa_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp,
+                   cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed,
+                   philox_offset, *, scale=None):  # noqa: ANN001, ANN202
+    three = query.dim() == 3
+
+    def four(t):  # noqa: ANN001, ANN202
+        return t.unsqueeze(0) if three else t
+
+    g, q, k, v, o = (four(t) for t in (grad_out, query, key, value, out))
+    B, hq, hk = q.size(0), q.size(1), k.size(1)
+    G = hq // hk if hk > 0 else 1
+    ke, ve = k, v
+    if G != 1:
+        ke = k.unsqueeze(2).expand(B, hk, G, k.size(2), k.size(3)).reshape(B, hq, k.size(2), k.size(3))
+        ve = v.unsqueeze(2).expand(B, hk, G, v.size(2), v.size(3)).reshape(B, hq, v.size(2), v.size(3))
+    has_bias = attn_bias is not None
+    bias = attn_bias if has_bias else torch.zeros(1, 1, 1, 1, dtype=q.dtype, device=q.device)
+    dq, dk, dv, db = torch.ops.aten._scaled_dot_product_efficient_attention_backward(
+        g, q, ke, ve, bias, o, logsumexp, philox_seed, philox_offset, dropout_p,
+        [True, True, True, True], is_causal, scale=scale)
+    if G != 1:
+        dk = dk.reshape(B, hk, G, k.size(2), k.size(3)).sum(2)
+        dv = dv.reshape(B, hk, G, v.size(2), v.size(3)).sum(2)
+    if three:
+        dq, dk, dv = dq.squeeze(0), dk.squeeze(0), dv.squeeze(0)
+    dbias = db if has_bias and grad_input_mask[3] and attn_bias.is_floating_point() else None
+    return dq, dk, dv, dbias
+
+
+# ------------------------------------------------------------------ graph
+
+
+def _unwrap(t: Any) -> Any:
+    return t.getElementType() if t.kind() == "OptionalType" else t
+
+
+def _schema_values(node: torch.fx.Node) -> list[tuple[Any, Any]]:
+    """(argument type, value) per schema argument, in schema order."""
+    schema = node.target._schema
+    out = []
+    for i, a in enumerate(schema.arguments):
+        if not a.kwarg_only and i < len(node.args):
+            v = node.args[i]
+        elif a.name in node.kwargs:
+            v = node.kwargs[a.name]
+        elif a.has_default_value():
+            v = a.default_value
+        else:
+            v = None
+        out.append((a.real_type, v))
+    return out
+
+
+def _number(v: Any) -> Any:
+    if isinstance(v, (bool, int, float)):
+        return v
+    raise _Unsupported(f"non-constant number {v!r}")
+
+
+def _convert_arg(typ: Any, v: Any, env: dict, op: str) -> tuple:
+    t = _unwrap(typ)
+    kind = t.kind()
+    if kind == "GeneratorType":
+        if v is not None:
+            raise _Unsupported("an explicit generator")
+        return ("generator",)
+    if v is None:
+        return ("none",)
+    if kind in ("LayoutType", "DeviceObjType", "MemoryFormatType"):
+        return ("none",)
+    if kind == "TensorType":
+        if isinstance(v, torch.fx.Node) and v in env:
+            return ("tensor", env[v])
+        if isinstance(v, (bool, int, float)):  # a wrapped number: a Scalar, as in eager
+            return ("scalar", v)
+        raise _Unsupported(f"tensor argument {v!r}")
+    if kind == "NumberType":
+        return ("scalar", _number(v))
+    if kind in ("IntType", "SymIntType"):
+        return ("int", int(_number(v)))
+    if kind == "FloatType":
+        return ("float", float(_number(v)))
+    if kind == "BoolType":
+        return ("bool", bool(v))
+    if kind == "StringType":
+        return ("str", str(v))
+    if kind == "ScalarTypeType":
+        return ("dtype", v)
+    if kind == "ListType":
+        elem = _unwrap(t.getElementType()).kind()
+        if elem == "TensorType":
+            ids = []
+            for e in v:
+                if e is None:
+                    ids.append(None)
+                elif isinstance(e, torch.fx.Node) and e in env:
+                    ids.append(env[e])
+                else:
+                    raise _Unsupported(f"tensor list element {e!r}")
+            return ("tensors", ids)
+        if elem in ("IntType", "SymIntType"):
+            return ("ints", [int(_number(e)) for e in v])
+        if elem == "BoolType":
+            return ("ints", [int(bool(e)) for e in v])
+        if elem == "NumberType":
+            return ("scalars", [_number(e) for e in v])
+    raise _Unsupported(f"argument of type {typ} ({v!r})")
+
+
+def _full_outputs(node: torch.fx.Node) -> tuple[list[torch.Tensor], list[tuple[Any, Any]]]:
+    """An op with ``output_mask`` that skips some outputs (None in the graph):
+    the rules always compute every output, so ask for all of them (the fake
+    values come from running the op on the fake inputs with a full mask) and
+    let the unused ones be dropped from the module.
+    """
+    schema = node.target._schema
+    names = [a.name for a in schema.arguments]
+    if "output_mask" not in names:
+        raise _Unsupported(f"returns {node.meta.get('val')!r}")
+    values = _schema_values(node)
+    i = names.index("output_mask")
+    values[i] = (values[i][0], [True] * len(values[i][1]))
+    fake = [torch.fx.node.map_arg(v, lambda n: n.meta["val"]) for _, v in values]
+    from torch._guards import detect_fake_mode
+
+    mode = detect_fake_mode([f for f in fake if isinstance(f, torch.Tensor)])
+    if mode is None:
+        raise _Unsupported("no fake mode for output_mask")
+    with mode:
+        full = node.target(*fake)
+    return _tensor_vals(full), values
+
+
+def _tensor_vals(val: Any) -> list[torch.Tensor]:
+    if isinstance(val, torch.Tensor):
+        return [val]
+    if isinstance(val, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in val):
+        return list(val)
+    raise _Unsupported(f"returns {val!r}")
+
+
+def _is_tpu(t: torch.Tensor) -> bool:
+    return t.device.type == "tpu"
+
+
+class _Compiled:
+    """A graph lowered to one executable; called with the graph's inputs (boxed)."""
+
+    _boxed_call = True
+
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any] = ()) -> None:
+        self.example_inputs = list(example_inputs)
+        self.inputs_numbers: list[tuple[int, Any]] = []
+        self._boxed_call = True  # an instance attribute: wrappers copy __dict__
+        self.graph = _C._Graph()
+        self.device: int | None = None
+        self.inputs: list[tuple[str, Any]] = []  # ("arg", position) | ("const", tensor)
+        self.outputs: list[tuple[str, Any]] = []  # ("graph", k) | ("input", pos) | ("const", v)
+        self._build(gm)
+
+    def _set_device(self, t: torch.Tensor) -> None:
+        if _is_tpu(t):
+            idx = t.device.index or 0
+            if self.device is None:
+                self.device = idx
+            elif self.device != idx:
+                raise _Unsupported("tensors on several tpu devices")
+
+    def _build(self, gm: torch.fx.GraphModule) -> None:
+        g = self.graph
+        env: dict[torch.fx.Node, int] = {}
+        multi: dict[torch.fx.Node, list[int]] = {}
+        placeholders: dict[torch.fx.Node, int] = {}
+        missing: list[str] = []
+        consts: dict[torch.fx.Node, Any] = {}
+        self.consts = consts
+        position = 0
+        for node in gm.graph.nodes:
+            if node.op == "placeholder":
+                val = node.meta.get("val")
+                pos = position
+                position += 1
+                if not isinstance(val, torch.Tensor):
+                    example = self.example_inputs[pos] if pos < len(self.example_inputs) else None
+                    if val is None and isinstance(example, (bool, int, float)):
+                        # A number the graph was traced (specialized) for.
+                        consts[node] = example
+                        self.inputs_numbers.append((pos, example))
+                        continue
+                    raise _Unsupported(f"non-tensor graph input {node.name} ({type(val).__name__})")
+                if not _is_tpu(val) and val.dim() != 0:
+                    raise _Unsupported(f"graph input {node.name} on {val.device}")
+                self._set_device(val)
+                env[node] = g.add_input(val.dtype, list(val.shape))
+                placeholders[node] = pos
+                self.inputs.append(("arg", pos))
+            elif node.op == "get_attr":
+                attr = getattr(gm, node.target)
+                if not isinstance(attr, torch.Tensor):
+                    raise _Unsupported(f"attribute {node.target}")
+                self._set_device(attr)
+                env[node] = g.add_input(attr.dtype, list(attr.shape))
+                self.inputs.append(("const", attr))
+            elif node.op == "call_function":
+                if node.target is operator.getitem:
+                    src, idx = node.args
+                    if src not in multi:
+                        if missing:
+                            continue
+                        raise _Unsupported(f"getitem on {src}")
+                    env[node] = multi[src][idx]
+                    continue
+                if not isinstance(node.target, torch._ops.OpOverload):
+                    raise _Unsupported(f"call to {node.target}")
+                name = _op_name(node.target)
+                if not node.target._schema.name.startswith("aten::") or node.target._schema.is_mutable:
+                    missing.append(name)
+                    continue
+                if not _has_rule(name):
+                    missing.append(name)
+                    continue
+                if missing:
+                    continue  # only collecting the names now
+                values = None
+                val = node.meta.get("val")
+                try:
+                    if isinstance(val, (tuple, list)) and any(v is None for v in val):
+                        outs, values = _full_outputs(node)
+                    else:
+                        outs = _tensor_vals(val)
+                except _Unsupported as e:
+                    raise _Unsupported(f"{name} {e}") from None
+                for o in outs:
+                    if not _is_tpu(o):
+                        raise _Unsupported(f"{name} produces a tensor on {o.device}")
+                    self._set_device(o)
+                if name == "as_strided":
+                    src = node.args[0].meta.get("val")
+                    if not (src.is_contiguous() and src.storage_offset() == 0):
+                        raise _Unsupported("as_strided of a non-contiguous tensor")
+                if values is None:
+                    values = _schema_values(node)
+                values = [(t, torch.fx.node.map_arg(v, lambda n: consts.get(n, n))) for t, v in values]
+                args = [_convert_arg(t, v, env, name) for t, v in values]
+                try:
+                    ids = g.add_op(name, args, [(o.dtype, list(o.shape)) for o in outs])
+                except RuntimeError as e:
+                    raise _Unsupported(f"{name}: {e}") from e
+                if isinstance(node.meta.get("val"), torch.Tensor):
+                    env[node] = ids[0]
+                else:
+                    multi[node] = ids
+            elif node.op == "output":
+                if missing:
+                    break
+                ids, strides = [], []
+                for item in _flat(node.args[0]):
+                    if isinstance(item, torch.fx.Node):
+                        if item in placeholders:
+                            self.outputs.append(("input", placeholders[item]))
+                        elif item in env:
+                            val = item.meta.get("val")
+                            self.outputs.append(("graph", len(ids)))
+                            ids.append(env[item])
+                            strides.append(list(val.stride()) if isinstance(val, torch.Tensor) else None)
+                        else:
+                            raise _Unsupported(f"graph output {item.name}")
+                    elif item is None or isinstance(item, (bool, int, float)):
+                        self.outputs.append(("const", item))
+                    else:
+                        raise _Unsupported(f"graph output {item!r}")
+                if any(s is None for s in strides):
+                    raise _Unsupported("non-tensor graph output")
+                g.set_outputs(ids, strides)
+            else:
+                raise _Unsupported(f"{node.op} node")
+        if missing:
+            raise _Unsupported("no lowering rule for " + ", ".join(sorted(set(missing))))
+        if self.device is None:
+            self.device = torch.tpu.current_device() if hasattr(torch, "tpu") else 0
+        g.compile(self.device)
+
+    def __call__(self, *call_args: Any) -> list:
+        # Boxed (one list, which we may clear) or plain positional arguments.
+        boxed = len(call_args) == 1 and isinstance(call_args[0], list)
+        args = call_args[0] if boxed else list(call_args)
+        for pos, number in self.inputs_numbers:
+            if args[pos] != number:
+                raise RuntimeError(f"torch_tpu: compiled graph was specialized for input {pos} == "
+                                   f"{number}, got {args[pos]}")
+        tensors = []
+        for kind, v in self.inputs:
+            t = args[v] if kind == "arg" else v
+            if not _is_tpu(t):
+                t = t.to(f"tpu:{self.device}")
+                if kind == "const":
+                    self.inputs[self.inputs.index((kind, v))] = (kind, t)
+            tensors.append(t)
+        outs = self.graph.run(tensors)
+        result = []
+        for kind, v in self.outputs:
+            if kind == "graph":
+                result.append(outs[v])
+            elif kind == "input":
+                result.append(args[v])
+            else:
+                result.append(v)
+        if boxed:
+            args.clear()
+        return result
+
+
+def _flat(out: Any) -> list:
+    """The items of an (AOTAutograd, hence flat) graph output."""
+    items = list(out) if isinstance(out, (tuple, list)) else [out]
+    if any(isinstance(o, (tuple, list, dict)) for o in items):
+        raise _Unsupported("nested graph outputs")
+    return items
+
+
+def _fallback(gm: torch.fx.GraphModule, reason: str) -> Callable:
+    _stats["fallback_graphs"] += 1
+    warnings.warn(
+        f"torch_tpu: torch.compile(backend='tpu') runs a graph eagerly, op by op "
+        f"({reason}); the results are correct but the graph is not compiled as one module",
+        stacklevel=2,
+    )
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    return make_boxed_func(gm.forward)
+
+
+def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+    """The forward / backward / inference compiler given to AOTAutograd."""
+    _stats["graphs"] += 1
+    try:
+        compiled = _Compiled(gm, example_inputs)
+    except _Unsupported as e:
+        return _fallback(gm, str(e))
+    except (RuntimeError, TypeError, ValueError, IndexError) as e:
+        return _fallback(gm, f"graph lowering failed: {e}")
+    _stats["native_graphs"] += 1
+    return compiled
+
+
+_backend: Callable | None = None
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
+    """The Dynamo backend registered as "tpu"."""
+    global _backend
+    if _backend is None:
+        from torch._dynamo.backends.common import aot_autograd
+
+        _backend = aot_autograd(
+            fw_compiler=_compile_graph,
+            bw_compiler=_compile_graph,
+            inference_compiler=_compile_graph,
+            decompositions=decompositions(),
+        )
+    if any(_is_symbolic(a) for a in example_inputs):
+        return _Specializing(gm)
+    return _backend(gm, example_inputs, **kwargs)
+
+
+def _is_symbolic(a: Any) -> bool:
+    if isinstance(a, torch.SymInt):
+        return True
+    return isinstance(a, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in a.shape)
+
+
+class _Specializing:
+    """A graph Dynamo made shape-dynamic (its automatic dynamic shapes, on the
+    second input shape): compiled once per concrete input signature, i.e.
+    static shapes (``dynamic=False`` semantics) as the device wants."""
+
+    def __init__(self, gm: torch.fx.GraphModule) -> None:
+        self.gm = gm
+        self.cache: dict[tuple, Callable] = {}
+
+    def __call__(self, *args: Any) -> Any:
+        key = tuple(
+            (tuple(a.shape), a.dtype, str(a.device), a.requires_grad) if isinstance(a, torch.Tensor) else (type(a), a)
+            for a in args
+        )
+        fn = self.cache.get(key)
+        if fn is None:
+            fn = self.cache[key] = _backend(self.gm, list(args))
+        return fn(*args)
+
+
+def _has_tpu_tensor(example_inputs: Sequence[Any]) -> bool:
+    return any(isinstance(t, torch.Tensor) and t.device.type == "tpu" for t in example_inputs)
+
+
+def _route_inductor() -> None:
+    """Plain ``torch.compile(model)`` (Inductor) on tpu tensors runs through "tpu".
+
+    Inductor has no code generator for the "tpu" device (it fails deep in its
+    scheduler, trying Pallas/JAX). Graphs whose inputs live on tpu are
+    therefore compiled by this backend instead; Inductor's own options (mode,
+    options=...) do not apply to them. Graphs on other devices go to Inductor
+    unchanged.
+    """
+    wrapper = getattr(torch, "_TorchCompileInductorWrapper", None)
+    if wrapper is None or getattr(wrapper.__call__, "_torch_tpu_routed", False):
+        return
+    original = wrapper.__call__
+
+    def __call__(self: Any, model_: torch.fx.GraphModule, inputs_: Sequence[Any]) -> Callable:
+        if _has_tpu_tensor(inputs_):
+            return backend(model_, inputs_)
+        return original(self, model_, inputs_)
+
+    __call__._torch_tpu_routed = True  # type: ignore[attr-defined]
+    wrapper.__call__ = __call__
+
+
+_REGISTRY = "torch._dynamo.backends.registry"
+
+
+def _register(registry: Any) -> None:
+    """Registers the "tpu" backend with Dynamo."""
+    if "tpu" not in registry._COMPILER_FNS:
+        registry.register_backend(name="tpu")(backend)
+
+
+class _RegistryHook(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Registers the backend right after Dynamo's registry module executes.
+
+    Importing Dynamo costs about a second, so ``import torch`` must not do
+    it; this hook waits until a program imports Dynamo (torch.compile does).
+    """
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != _REGISTRY:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return None
+        self._loader = spec.loader
+        spec.loader = self
+        return spec
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._loader.exec_module(module)
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        _register(module)
+
+
+def _install() -> None:
+    _route_inductor()
+    if _REGISTRY in sys.modules:
+        _register(sys.modules[_REGISTRY])
+    else:
+        sys.meta_path.insert(0, _RegistryHook())
+
+
+_install()
