@@ -371,6 +371,10 @@ ArgPlan PlanArg(Plan& p, const c10::Argument& arg, const c10::IValue& v, const s
 struct OutputSpec {
   std::vector<int64_t> sizes, strides;
   at::ScalarType dtype;
+  // An output the op does not produce for these arguments (e.g.
+  // convolution_backward with output_mask false): returned undefined, not
+  // listed in the rule's ctx.outputs.
+  bool defined = true;
 };
 
 struct Compiled {
@@ -433,7 +437,13 @@ std::vector<OutputSpec> MetaOutputs(const c10::OperatorHandle& op,
   for (const auto& r : stack) {
     if (r.isTensor()) {
       const at::Tensor& t = r.toTensor();
+      if (!t.defined()) {
+        outs.push_back({{}, {}, at::kFloat, false});
+        continue;
+      }
       outs.push_back({t.sizes().vec(), t.strides().vec(), t.scalar_type()});
+    } else if (r.isNone()) {
+      outs.push_back({{}, {}, at::kFloat, false});
     } else if (r.isTensorList()) {
       for (const at::Tensor& t : r.toTensorVector())
         outs.push_back({t.sizes().vec(), t.strides().vec(), t.scalar_type()});
@@ -564,6 +574,7 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
   auto hit = cache.find(plan.key);
   const bool was_hit = hit != cache.end();
   std::vector<OutputSpec> specs;
+  std::vector<bool> undefined_outputs;  // per meta output (functional ops)
   if (desc.variant == Variant::InPlace) {
     // Mutating ops: the returns that are not aliases of a mutated argument
     // are fresh outputs (batch norm's out, mean, rstd) and come first; then
@@ -585,6 +596,11 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
       specs.push_back({t.sizes().vec(), t.strides().vec(), t.scalar_type()});
   } else {
     specs = was_hit ? hit->second.outputs : MetaOutputs(op, args);
+    // Undefined outputs: remembered for the results, invisible to the rule.
+    for (size_t i = 0; i < specs.size(); ++i) undefined_outputs.push_back(!specs[i].defined);
+    specs.erase(std::remove_if(specs.begin(), specs.end(),
+                               [](const OutputSpec& o) { return !o.defined; }),
+                specs.end());
   }
 
   // Out= tensors take the result's shape (resize like ATen does).
@@ -735,6 +751,24 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
   };
   std::vector<OutputSpec> cached_specs = specs;  // InPlace: only the fresh ones
   if (desc.variant == Variant::InPlace) cached_specs.resize(specs.size() - dest_tensors.size());
+  if (!undefined_outputs.empty()) {  // put the undefined ones back, in place
+    std::vector<OutputSpec> all;
+    size_t k = 0;
+    for (bool undefined : undefined_outputs)
+      all.push_back(undefined ? OutputSpec{{}, {}, at::kFloat, false} : cached_specs[k++]);
+    cached_specs = all;
+  }
+  // Results in the op's order, with undefined tensors where it has none.
+  auto with_undefined = [&](std::vector<c10::IValue> results) {
+    if (std::find(undefined_outputs.begin(), undefined_outputs.end(), true) ==
+        undefined_outputs.end())
+      return results;
+    std::vector<c10::IValue> all;
+    size_t k = 0;
+    for (bool undefined : undefined_outputs)
+      all.push_back(undefined ? c10::IValue(at::Tensor()) : results[k++]);
+    return all;
+  };
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, plan.device));
   auto fresh_tensor = [&](size_t i) {
     at::Tensor t = at::empty_strided(
@@ -802,7 +836,7 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
       results.push_back(t);
     }
     if (rec.num_ops >= MaxChain()) FlushPending();
-    return results;
+    return with_undefined(std::move(results));
   }
 
   // ---- strict eager: one module per op.
@@ -865,7 +899,7 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
     StorageOf(t)->buffer = outs[fresh++];
     results.push_back(t);
   }
-  return results;
+  return with_undefined(std::move(results));
 }
 
 void PushResults(const c10::OperatorHandle& op, torch::jit::Stack* stack,

