@@ -321,7 +321,7 @@ ArgPlan PlanArg(Plan& p, const c10::Argument& arg, const c10::IValue& v, const s
         a.kind = Arg::Kind::TensorList;
         p.key += "[";
         for (const auto& e : v.toListRef()) {
-          if (e.isNone()) {
+          if (e.isNone() || (e.isTensor() && !e.toTensor().defined())) {
             a.tensors.push_back(-1);
             p.key += "N";
             continue;
@@ -411,7 +411,7 @@ std::vector<OutputSpec> MetaOutputs(const c10::OperatorHandle& op,
         c10::List<std::optional<at::Tensor>> out;
         for (const auto& e : list) {
           c10::IValue ev = e;
-          if (ev.isNone()) {
+          if (ev.isNone() || (ev.isTensor() && !ev.toTensor().defined())) {
             out.push_back(std::nullopt);
           } else {
             const at::Tensor& t = ev.toTensor();
@@ -494,7 +494,7 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
   if (desc.variant == Variant::InPlace) {
     for (size_t i : desc.mutable_args) {
       if (args[i].isTensor()) {
-        dest_tensors.push_back(args[i].toTensor());
+        if (args[i].toTensor().defined()) dest_tensors.push_back(args[i].toTensor());
       } else if (args[i].isTensorList()) {
         for (const at::Tensor& t : args[i].toTensorVector()) dest_tensors.push_back(t);
       }
@@ -682,6 +682,14 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
     for (const auto& s : specs)
       ctx.outputs.push_back(TensorType{ToElementType(s.dtype, name.c_str()), s.sizes});
     std::vector<Value> results = desc.rule->rule(ctx, rule_args);
+    // A rule may return every output in the op's order, including those the
+    // op leaves undefined for these arguments: keep the defined ones.
+    if (results.size() == undefined_outputs.size() && results.size() > specs.size()) {
+      std::vector<Value> kept;
+      for (size_t i = 0; i < results.size(); ++i)
+        if (!undefined_outputs[i]) kept.push_back(results[i]);
+      results = kept;
+    }
     TORCH_CHECK(results.size() >= specs.size(), name, ": lowering rule returned ",
                 results.size(), " values, expected ", specs.size());
     std::vector<Value> current(plan.storages.size());
@@ -951,7 +959,8 @@ void GenericKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (desc.variant != Variant::Functional && desc.name.rfind("fill", 0) != 0 &&
       desc.name.rfind("zero", 0) != 0) {
     for (size_t i : desc.mutable_args)
-      if (args[i].isTensor()) at::assert_no_internal_overlap(args[i].toTensor());
+      if (args[i].isTensor() && args[i].toTensor().defined())
+        at::assert_no_internal_overlap(args[i].toTensor());
     for (size_t i : desc.out_args) at::assert_no_internal_overlap(args[i].toTensor());
   }
   try {
@@ -992,6 +1001,10 @@ OpDesc Describe(const c10::FunctionSchema& schema, const lowering::RuleEntry* ru
       const auto& arg = schema.arguments()[i];
       if (arg.alias_info() && arg.alias_info()->isWrite()) d.mutable_args.push_back(i);
     }
+    // native_batch_norm updates running_mean/running_var (args 3, 4) in
+    // training although its schema has no alias annotation: its rule returns
+    // their new values after the three outputs.
+    if (d.name == "native_batch_norm") d.mutable_args = {3, 4};
     if (!d.mutable_args.empty()) d.variant = Variant::InPlace;
   }
   return d;

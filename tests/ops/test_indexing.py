@@ -144,8 +144,6 @@ def test_setitem(dtype: torch.dtype) -> None:
     check(set_idx, x, i)
 
 
-@pytest.mark.xfail(reason="eager.cpp: undefined tensors inside Tensor?[] (from x[:, idx] = v) "
-                          "are not treated as None", strict=False)
 def test_setitem_after_slice() -> None:
     x = torch.randn(5, 4)
     i = torch.tensor([0, 2])

@@ -24,14 +24,6 @@ TOL = {
 }
 DTYPES = [torch.float32, torch.bfloat16]
 
-# The dispatcher cannot yet return an absent (None) output: a backward op
-# called with a False in output_mask (no weight, frozen weight, input without
-# grad) fails in the meta step. See the report of this change.
-MASKED_OUTPUTS = pytest.mark.xfail(
-    reason="eager dispatcher: meta outputs that are None/undefined (output_mask) are not supported",
-    strict=False)
-
-
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(1234)
@@ -249,17 +241,14 @@ def test_layer_norm_mixed_and_empty() -> None:
     check(lambda x, w, b: F.layer_norm(x, (8,), w, b), torch.empty(0, 8), randn(8), randn(8))
 
 
-@MASKED_OUTPUTS
 def test_layer_norm_without_weight_backward() -> None:
     check(lambda x: F.layer_norm(x, (6,)), randn(3, 6))
 
 
-@MASKED_OUTPUTS
 def test_layer_norm_without_bias_backward() -> None:
     check(lambda x, w: F.layer_norm(x, (6,), w), randn(3, 6), randn(6))
 
 
-@MASKED_OUTPUTS
 def test_layer_norm_input_without_grad() -> None:
     check_module(nn.LayerNorm(6), randn(3, 6), input_grad=False)
 
@@ -284,7 +273,6 @@ def test_group_norm_module(dtype: torch.dtype) -> None:
     check_module(m, randn(3, 4, 5, 5, dtype=dtype))
 
 
-@MASKED_OUTPUTS
 def test_group_norm_without_affine_backward() -> None:
     check(lambda x: F.group_norm(x, 2), randn(2, 4, 3))
 
@@ -368,11 +356,6 @@ def test_batch_norm_module_train_no_running_stats(dtype: torch.dtype) -> None:
     check_module(m, randn(5, 4, 3, dtype=dtype) * 2 + 1)
 
 
-@pytest.mark.xfail(
-    reason="eager dispatcher: native_batch_norm updates running_mean/var although its schema "
-           "does not mark them mutated; the rule returns the new values as extra results that "
-           "the dispatcher does not write back yet (the CPU fallback did not either)",
-    strict=False)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_batch_norm_module_train_running_stats(dtype: torch.dtype) -> None:
     m = nn.BatchNorm2d(3).to(dtype)
@@ -409,7 +392,6 @@ def test_rms_norm(dtype: torch.dtype) -> None:
     check_module(m, x)
 
 
-@MASKED_OUTPUTS
 def test_rms_norm_without_weight_backward() -> None:
     check(lambda x: F.rms_norm(x, (8,)), randn(3, 8))
 
