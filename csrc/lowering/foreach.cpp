@@ -26,12 +26,11 @@ Arg TensorAt(const Arg& list, size_t i) {
   return t;
 }
 
-// Element i of a Scalar[] argument. The dispatcher does not pass Scalar[]
-// yet (those calls fall back before reaching the rule); the form accepted
-// here is a TensorList of rank-0 runtime values whose dtype is the Python
-// number's category (Bool, I64, or a float type for floats), as Scalar args.
+// Element i of a Scalar[] argument: the dispatcher passes Scalar[] as a
+// ScalarList of rank-0 runtime values, with each number's category in `ints`.
 Arg ScalarAt(const Arg& list, size_t i) {
-  if (list.kind != K::TensorList) throw Unsupported("foreach: Scalar[] argument");
+  if (list.kind != K::ScalarList && list.kind != K::TensorList)
+    throw Unsupported("foreach: Scalar[] argument");
   if (i >= list.tensors.size())
     throw std::invalid_argument("Tensor list must have same number of elements as scalar list");
   Arg s;
@@ -39,6 +38,10 @@ Arg ScalarAt(const Arg& list, size_t i) {
   s.tensor = list.tensors[i];
   if (!s.tensor.valid() || s.tensor.rank() != 0)
     throw std::logic_error("foreach: a Scalar[] element must be a rank-0 value");
+  if (list.kind == K::ScalarList && i < list.ints.size()) {
+    s.scalar_type = static_cast<ElementType>(list.ints[i]);
+    return s;
+  }
   ElementType t = s.tensor.dtype();
   s.scalar_type = hlo::IsFloat(t) ? ElementType::F64 : t;
   return s;

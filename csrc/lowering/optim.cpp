@@ -273,7 +273,7 @@ std::vector<Value> SgdRule(Context& c, const std::vector<Arg>& a) {
 // without a Meta kernel, those stay on the CPU fallback (set this to true
 // then; the rules were checked against CPU with a Meta kernel registered
 // from Python).
-constexpr bool kRegisterOpsWithoutMeta = false;
+constexpr bool kRegisterOpsWithoutMeta = true;
 
 const bool registered = [] {
   Register("_fused_adam_", AdamRule(false));

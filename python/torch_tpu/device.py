@@ -268,6 +268,11 @@ def set_stream(s: Stream) -> None:
     pass
 
 
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    """Dtypes torch.autocast(device_type="tpu", dtype=...) accepts."""
+    return [torch.bfloat16, torch.float16]
+
+
 def is_bf16_supported(including_emulation: bool = True) -> bool:
     return True
 

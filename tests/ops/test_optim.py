@@ -245,8 +245,6 @@ def test_foreach_scalar_list_forms(name: str) -> None:
                    allowed_fallbacks=SCALAR_LIST_OPS)
 
 
-@pytest.mark.xfail(reason="eager PlanArg does not support Scalar[] (ListType of NumberType) yet",
-                   strict=False)
 def test_foreach_scalar_list_native() -> None:
     a = tensors()
     _check_foreach(lambda x: torch._foreach_add(x, [1.0, 2, 3.0, 4, 5.0]), [a], F32_TOL)
@@ -516,9 +514,9 @@ def test_grouped_mm_offsets_change_without_recompile() -> None:
     assert torch_tpu.debug.stats()["compiles"] == before
 
 
-@pytest.mark.xfail(reason="PyTorch's Meta kernel for _grouped_mm accepts only bfloat16 (the "
-                          "CPU kernel also takes float32); the dispatcher's meta call raises",
-                   strict=False)
+@pytest.mark.xfail(reason="PyTorch's Meta kernel for _grouped_mm accepts only bfloat16; the "
+                          "dispatcher takes shapes from meta, so float32 raises on tpu",
+                   strict=True)
 def test_grouped_mm_float32() -> None:
     a, b = torch.randn(8, 16), torch.randn(2, 16, 8)
     offs = torch.tensor([3, 8], dtype=torch.int32)
