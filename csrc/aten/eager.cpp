@@ -454,16 +454,6 @@ std::vector<OutputSpec> MetaOutputs(const c10::OperatorHandle& op,
   return outs;
 }
 
-std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes) {
-  std::vector<int64_t> strides(sizes.size());
-  int64_t s = 1;
-  for (size_t i = sizes.size(); i-- > 0;) {
-    strides[i] = s;
-    s *= std::max<int64_t>(sizes[i], 1);
-  }
-  return strides;
-}
-
 std::string PrefixedMessage(const std::string& op, const char* what) {
   return op + ": " + what;
 }
@@ -715,8 +705,8 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
         int64_t n = static_cast<int64_t>(
             at::detail::computeStorageNbytes(specs[i].sizes, specs[i].strides, 1));
         g.storage_numel = n;
-        g.whole = g.strides == ContiguousStrides(g.sizes) || v.type.numel() == n;
-        if (v.type.numel() == n && g.strides != ContiguousStrides(g.sizes)) g.whole = false;
+        g.whole = g.strides == lowering::ContiguousStrides(g.sizes) || v.type.numel() == n;
+        if (v.type.numel() == n && g.strides != lowering::ContiguousStrides(g.sizes)) g.whole = false;
         Value base = g.whole ? Value() : b.Splat(v.dtype(), 0, {n});
         Value zero = g.whole ? Value() : b.ConstantInt(ElementType::I64, 0);
         e.fresh_values.push_back(g.whole ? b.Reshape(v, {n}) : lowering::WriteView(b, base, zero, g, v));

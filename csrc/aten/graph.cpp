@@ -50,16 +50,6 @@ int64_t Numel(const std::vector<int64_t>& s) {
   return n;
 }
 
-std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes) {
-  std::vector<int64_t> strides(sizes.size());
-  int64_t s = 1;
-  for (size_t i = sizes.size(); i-- > 0;) {
-    strides[i] = s;
-    s *= std::max<int64_t>(sizes[i], 1);
-  }
-  return strides;
-}
-
 const lowering::RuleEntry* Lookup(const std::string& op) {
   if (const auto* e = lowering::Find("_tpu_graph::" + op)) return e;
   const auto* e = lowering::Find(op);
@@ -202,9 +192,9 @@ class Graph {
       g.sizes = o.sizes;
       g.strides = o.strides;
       g.storage_numel = n;
-      g.whole = n == v.type.numel() && (o.strides == ContiguousStrides(o.sizes) || n <= 1);
+      g.whole = n == v.type.numel() && (o.strides == lowering::ContiguousStrides(o.sizes) || n <= 1);
       if (g.whole) {
-        o.strides = ContiguousStrides(o.sizes);
+        o.strides = lowering::ContiguousStrides(o.sizes);
         outs.push_back(b_.Reshape(v, {n}));
       } else {
         outs.push_back(lowering::WriteView(b_, b_.Splat(v.dtype(), 0, {n}),

@@ -161,6 +161,16 @@ std::vector<int64_t> BroadcastShapes(const std::vector<int64_t>& a,
   return out;
 }
 
+std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> strides(sizes.size());
+  int64_t s = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= std::max<int64_t>(sizes[i], 1);
+  }
+  return strides;
+}
+
 Value As(Builder& b, Value v, ElementType t, const std::vector<int64_t>& shape) {
   return b.BroadcastTo(b.Convert(v, t), shape);
 }

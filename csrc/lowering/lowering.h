@@ -131,6 +131,8 @@ Value As(Builder& b, const Arg& a, ElementType t, const std::vector<int64_t>& sh
 Value As(Builder& b, Value v, ElementType t, const std::vector<int64_t>& shape);
 std::vector<int64_t> BroadcastShapes(const std::vector<int64_t>& a,
                                      const std::vector<int64_t>& b);
+// Row-major strides (in elements) of a dense tensor of these sizes.
+std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes);
 
 // Checked indices: records a device-side check that every element of `idx`
 // (any integer type) is in [-size, size) (or [0, size) when negative indices

@@ -29,16 +29,6 @@ int64_t Numel(const std::vector<int64_t>& s) {
   return n;
 }
 
-std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes) {
-  std::vector<int64_t> strides(sizes.size());
-  int64_t s = 1;
-  for (size_t i = sizes.size(); i-- > 0;) {
-    strides[i] = s;
-    s *= std::max<int64_t>(sizes[i], 1);
-  }
-  return strides;
-}
-
 int64_t IntOr(const std::vector<Arg>& a, size_t i, int64_t dflt) {
   return i < a.size() && a[i].kind == K::Int ? a[i].i : dflt;
 }
