@@ -42,14 +42,17 @@ def model():
     return nn.Sequential(*[Block() for _ in range(LAYERS)])
 
 
-def timed(fn, sync, reps=5):
+def timed(fn, sync, reps=7):
+    """Median of `reps` synchronized runs, after one warm-up run (compiles)."""
     fn()
-    sync()  # warm-up (compiles)
-    start = time.perf_counter()
-    for _ in range(reps):
-        fn()
     sync()
-    return (time.perf_counter() - start) / reps
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
 
 
 def run(device, mode):
