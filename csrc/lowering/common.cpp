@@ -171,6 +171,26 @@ std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes) {
   return strides;
 }
 
+Value MaxMin(Builder& b, Value x, Value y, bool is_max) {
+  if (x.dtype() == ElementType::Bool) return b.Binary(is_max ? "or" : "and", x, y);
+  Value r = b.Binary(is_max ? "maximum" : "minimum", x, y);
+  if (!hlo::IsFloat(x.dtype())) return r;
+  r = b.Select(b.Compare("NE", y, y), y, r);
+  return b.Select(b.Compare("NE", x, x), x, r);
+}
+
+Value Coordinates(Builder& b, Value index, int64_t dim) {
+  std::vector<int64_t> shape = index.shape(), column = shape;
+  column.push_back(1);
+  Value idx = b.Convert(index, ElementType::I64);
+  std::vector<Value> cols;
+  for (int64_t d = 0; d < index.rank(); ++d) {
+    Value v = d == dim ? idx : b.Iota(TensorType{ElementType::I64, shape}, d);
+    cols.push_back(b.Reshape(v, column));
+  }
+  return b.Concatenate(cols, index.rank());
+}
+
 Value As(Builder& b, Value v, ElementType t, const std::vector<int64_t>& shape) {
   return b.BroadcastTo(b.Convert(v, t), shape);
 }

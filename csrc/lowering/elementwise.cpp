@@ -137,16 +137,6 @@ Value Div(Builder& b, Value x, Value y, const std::string& mode) {
   return b.Binary("divide", x, y);
 }
 
-// maximum / minimum where a NaN in either operand wins (PyTorch's
-// semantics; XLA's maximum only propagates a NaN first operand on CPU).
-Value MaxMin(Builder& b, Value x, Value y, bool is_max) {
-  if (x.dtype() == ElementType::Bool) return b.Binary(is_max ? "or" : "and", x, y);
-  Value r = b.Binary(is_max ? "maximum" : "minimum", x, y);
-  if (!hlo::IsFloat(x.dtype())) return r;
-  r = b.Select(b.Compare("NE", y, y), y, r);
-  return b.Select(b.Compare("NE", x, x), x, r);
-}
-
 Value Clamp(Builder& b, Value x, const Value* lo, const Value* hi) {
   if (lo) x = MaxMin(b, x, *lo, true);
   if (hi) x = MaxMin(b, x, *hi, false);

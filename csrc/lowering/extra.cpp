@@ -26,20 +26,6 @@ std::vector<int64_t> Range(int64_t n) {
   return v;
 }
 
-// Full coordinates for an elementwise scatter along `dim` (shape index.shape
-// + [rank]).
-Value Coordinates(Builder& b, Value index, int64_t dim) {
-  std::vector<int64_t> shape = index.shape(), column = shape;
-  column.push_back(1);
-  Value idx = b.Convert(index, E::I64);
-  std::vector<Value> cols;
-  for (int64_t d = 0; d < index.rank(); ++d) {
-    Value v = d == dim ? idx : b.Iota(TensorType{E::I64, shape}, d);
-    cols.push_back(b.Reshape(v, column));
-  }
-  return b.Concatenate(cols, index.rank());
-}
-
 // Elementwise scatter (full coordinates over all dims) whose combiner
 // propagates NaN for maximum / minimum (as PyTorch's scatter_reduce does).
 Value ScatterNan(Builder& b, Value x, Value coords, Value updates, const std::string& combiner) {

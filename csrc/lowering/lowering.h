@@ -131,6 +131,13 @@ Value As(Builder& b, const Arg& a, ElementType t, const std::vector<int64_t>& sh
 Value As(Builder& b, Value v, ElementType t, const std::vector<int64_t>& shape);
 std::vector<int64_t> BroadcastShapes(const std::vector<int64_t>& a,
                                      const std::vector<int64_t>& b);
+// maximum / minimum with PyTorch's NaN semantics: a NaN in either operand
+// wins (XLA:CPU's maximum only propagates a NaN first operand); or/and on bool.
+Value MaxMin(Builder& b, Value x, Value y, bool is_max);
+// Full coordinates for an elementwise gather/scatter along `dim`: shape
+// index.shape + [rank]; coordinate d is `index` for d == dim, else the
+// position along d.
+Value Coordinates(Builder& b, Value index, int64_t dim);
 // Row-major strides (in elements) of a dense tensor of these sizes.
 std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes);
 

@@ -81,15 +81,6 @@ Value Prod(Builder& b, Value x, const std::vector<int64_t>& dims) {
   return b.Reduce(x, b.ConstantInt(t, 1), dims, t == ElementType::Bool ? "and" : "multiply");
 }
 
-// max/min where a NaN operand wins, as PyTorch's max/amax.
-Value MaxMin(Builder& b, Value x, Value y, bool is_max) {
-  if (x.dtype() == ElementType::Bool) return b.Binary(is_max ? "or" : "and", x, y);
-  Value r = b.Binary(is_max ? "maximum" : "minimum", x, y);
-  if (!hlo::IsFloat(x.dtype())) return r;
-  r = b.Select(b.Compare("NE", y, y), y, r);
-  return b.Select(b.Compare("NE", x, x), x, r);
-}
-
 Value Extreme(Builder& b, Value x, const std::vector<int64_t>& dims, bool is_max) {
   if (dims.empty()) return x;
   ElementType t = x.dtype();

@@ -46,21 +46,6 @@ std::string Combiner(const std::string& op, ElementType t) {
   return op;
 }
 
-// Full coordinates for an elementwise gather/scatter along `dim`: shape
-// index.shape + [rank]; coordinate d is `index` for d == dim, else the
-// position along d.
-Value Coordinates(Builder& b, Value index, int64_t dim) {
-  std::vector<int64_t> shape = index.shape(), column = shape;
-  column.push_back(1);
-  Value idx = b.Convert(index, E::I64);
-  std::vector<Value> cols;
-  for (int64_t d = 0; d < index.rank(); ++d) {
-    Value v = d == dim ? idx : b.Iota(TensorType{E::I64, shape}, d);
-    cols.push_back(b.Reshape(v, column));
-  }
-  return b.Concatenate(cols, index.rank());
-}
-
 // The rank-0 case of gather / scatter / index ops: view as [1].
 Value AtLeast1d(Builder& b, Value x) { return x.rank() == 0 ? b.Reshape(x, {1}) : x; }
 
