@@ -4,6 +4,7 @@ The extension is always built into python/torch_tpu (so that `ninja -C build`
 keeps working for development) and copied to where setuptools wants it.
 """
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,9 @@ class CMakeBuild(build_ext):
             "cmake", "-S", ROOT, "-B", build_dir, "-G", "Ninja",
             f"-DPython_EXECUTABLE={sys.executable}",
             f"-DTORCH_TPU_OUTPUT_DIR={PACKAGE_DIR}",
+            # CMAKE_ARGS: extra options, e.g. -DPJRT_INCLUDE_DIR=... on a
+            # machine without the xla-cpu-pjrt wheel.
+            *shlex.split(os.environ.get("CMAKE_ARGS", "")),
         ])
         subprocess.check_call(["cmake", "--build", build_dir])
         target = os.path.abspath(self.get_ext_fullpath(ext.name))

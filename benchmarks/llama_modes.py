@@ -7,6 +7,7 @@ eager, fused eager, and torch.compile(backend="tpu"). Prints times and the
 ratio to CPU eager. JAX is not a dependency of the project: when it is
 installed, the same model jitted on XLA:CPU is timed too (the ceiling).
 """
+import argparse
 import time
 
 import torch
@@ -60,7 +61,8 @@ def run(device, mode):
     x = torch.randn(BATCH, SEQ, HIDDEN, device=device)
     opt = torch.optim.SGD(m.parameters(), lr=1e-3)
     fwd_model = torch.compile(m, backend="tpu") if mode == "compile" else m
-    sync = torch.tpu.synchronize if device == "tpu" else (lambda: None)
+    sync = {"tpu": torch.tpu.synchronize, "cuda": torch.cuda.synchronize}.get(
+        device, lambda: None)
 
     def forward():
         with torch.no_grad():
@@ -80,7 +82,20 @@ def run(device, mode):
 
 
 def main():
-    rows = [("PyTorch CPU eager", run("cpu", "eager"))]
+    global LAYERS, HIDDEN, HEADS, SEQ, BATCH, FF
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--baseline", default="cpu", choices=["cpu", "cuda"],
+                   help="PyTorch eager device the ratios are against (cuda: on a GPU "
+                        "machine running torch_tpu with TORCH_TPU_PLUGIN=cuda)")
+    p.add_argument("--layers", type=int, default=LAYERS)
+    p.add_argument("--hidden", type=int, default=HIDDEN)
+    p.add_argument("--seq", type=int, default=SEQ)
+    p.add_argument("--batch", type=int, default=BATCH)
+    args = p.parse_args()
+    LAYERS, HIDDEN, SEQ, BATCH = args.layers, args.hidden, args.seq, args.batch
+    HEADS, FF = max(1, HIDDEN // 64), 2 * HIDDEN
+    base_label = f"PyTorch {args.baseline.upper()} eager"
+    rows = [(base_label, run(args.baseline, "eager"))]
     for mode, label in (("eager", "tpu strict eager"), ("fused", "tpu fused eager"),
                         ("compile", "tpu torch.compile")):
         try:
@@ -90,7 +105,8 @@ def main():
     base_f, base_s = rows[0][1]
     print(f"{LAYERS} layers, hidden {HIDDEN}, seq {SEQ}, batch {BATCH} "
           f"({torch.tpu.get_platform()} plugin)")
-    print(f"{'mode':<34}{'forward ms':>12}{'vs CPU':>8}{'train step ms':>15}{'vs CPU':>8}")
+    vs = "vs " + args.baseline.upper()
+    print(f"{'mode':<34}{'forward ms':>12}{vs:>8}{'train step ms':>15}{vs:>8}")
     for label, (f, s) in rows:
         print(f"{label:<34}{f * 1e3:>12.1f}{f / base_f:>8.2f}{s * 1e3:>15.1f}{s / base_s:>8.2f}")
 

@@ -30,6 +30,7 @@ const bool default_dtype_set = [] {
 }();
 
 // The AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE list names these unqualified.
+using at::DimnameList;
 using at::IntArrayRef;
 using at::Scalar;
 using at::ScalarType;

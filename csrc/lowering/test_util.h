@@ -15,7 +15,7 @@ namespace torch_tpu::lowering::testing {
 inline pjrt::Client& TestClient() {
   static auto client = std::make_shared<pjrt::Client>(
       pjrt::Api::Load(std::getenv("TORCH_TPU_TEST_CPU_PLUGIN")),
-      std::vector<std::pair<std::string, int64_t>>{});
+      std::vector<std::pair<std::string, std::string>>{});
   return *client;
 }
 

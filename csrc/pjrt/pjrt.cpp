@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -340,19 +341,37 @@ std::string SingleDeviceCompileOptions(int device_id) {
 }
 
 Client::Client(std::shared_ptr<const Api> api,
-               const std::vector<std::pair<std::string, int64_t>>& int_options)
+               const std::vector<std::pair<std::string, std::string>>& options)
     : api_(std::move(api)) {
-  std::vector<Args<PJRT_NamedValue>> values(int_options.size());
-  std::vector<PJRT_NamedValue> named(int_options.size());
-  for (size_t i = 0; i < int_options.size(); ++i) {
+  std::vector<PJRT_NamedValue> named(options.size());
+  std::vector<int64_t> ints(options.size());
+  std::vector<float> floats(options.size());
+  for (size_t i = 0; i < options.size(); ++i) {
+    const std::string& name = options[i].first;
+    const std::string& text = options[i].second;
     PJRT_NamedValue& v = named[i];
     std::memset(&v, 0, sizeof(v));
     v.struct_size = sizeof(PJRT_NamedValue);  // array element: exact size
-    v.name = int_options[i].first.c_str();
-    v.name_size = int_options[i].first.size();
-    v.type = PJRT_NamedValue_kInt64;
-    v.int64_value = int_options[i].second;
+    v.name = name.c_str();
+    v.name_size = name.size();
     v.value_size = 1;
+    char* end = nullptr;
+    if (text == "true" || text == "false") {
+      v.type = PJRT_NamedValue_kBool;
+      v.bool_value = text == "true";
+    } else if (ints[i] = std::strtoll(text.c_str(), &end, 10);
+               !text.empty() && end && *end == '\0') {
+      v.type = PJRT_NamedValue_kInt64;
+      v.int64_value = ints[i];
+    } else if (floats[i] = std::strtof(text.c_str(), &end);
+               !text.empty() && end && *end == '\0') {
+      v.type = PJRT_NamedValue_kFloat;
+      v.float_value = floats[i];
+    } else {
+      v.type = PJRT_NamedValue_kString;
+      v.string_value = text.c_str();
+      v.value_size = text.size();
+    }
   }
   Args<PJRT_Client_Create_Args> a;
   a.create_options = named.empty() ? nullptr : named.data();

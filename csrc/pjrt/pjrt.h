@@ -120,9 +120,12 @@ struct MemoryStats {
 // A client of one plugin: devices, transfers, compilation.
 class Client {
  public:
-  // options: name -> int64 (e.g. cpu_device_count).
+  // Plugin create options, e.g. {"cpu_device_count", "2"} for XLA:CPU or
+  // {"preallocate", "false"} for the CUDA plugin. Values are typed by their
+  // spelling: true/false -> bool, an integer -> int64, a number with '.' or
+  // 'e' -> float, anything else -> string.
   Client(std::shared_ptr<const Api> api,
-         const std::vector<std::pair<std::string, int64_t>>& int_options);
+         const std::vector<std::pair<std::string, std::string>>& options);
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;

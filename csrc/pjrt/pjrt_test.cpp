@@ -15,8 +15,8 @@ std::shared_ptr<const Api> CpuPlugin() {
 
 std::shared_ptr<Client> CpuClient() {
   static std::shared_ptr<Client> client = std::make_shared<Client>(
-      CpuPlugin(), std::vector<std::pair<std::string, int64_t>>{
-                       {"cpu_device_count", 2}});
+      CpuPlugin(), std::vector<std::pair<std::string, std::string>>{
+                       {"cpu_device_count", "2"}});
   return client;
 }
 

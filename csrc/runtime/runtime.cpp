@@ -1,6 +1,7 @@
 #include "runtime/runtime.h"
 
 #include <chrono>
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -55,10 +56,38 @@ Runtime& Runtime::Get() {
 Runtime::Runtime(const std::string& plugin_path, int cpu_device_count)
     : plugin_path_(plugin_path) {
   api_ = pjrt::Api::Load(plugin_path);
-  std::vector<std::pair<std::string, int64_t>> options;
+  std::vector<std::pair<std::string, std::string>> options;
   // Only the CPU plugin knows cpu_device_count; others reject unknown options.
   if (plugin_path.find("cpu") != std::string::npos)
-    options.emplace_back("cpu_device_count", cpu_device_count);
+    options.emplace_back("cpu_device_count", std::to_string(cpu_device_count));
+  // The CUDA plugin would otherwise take 75% of GPU memory up front: grow on
+  // demand instead, like PyTorch's caching allocator.
+  if (plugin_path.find("cuda") != std::string::npos ||
+      plugin_path.find("gpu") != std::string::npos)
+    options.emplace_back("preallocate", "false");
+  // TORCH_TPU_PJRT_OPTIONS="name=value,name=value" adds or overrides any
+  // create option the plugin knows (e.g. memory_fraction=0.5).
+  if (const char* env = std::getenv("TORCH_TPU_PJRT_OPTIONS")) {
+    std::string all = env;
+    size_t pos = 0;
+    while (pos < all.size()) {
+      size_t comma = all.find(',', pos);
+      if (comma == std::string::npos) comma = all.size();
+      std::string item = all.substr(pos, comma - pos);
+      pos = comma + 1;
+      if (item.empty()) continue;
+      size_t eq = item.find('=');
+      if (eq == std::string::npos || eq == 0)
+        throw pjrt::Error("TORCH_TPU_PJRT_OPTIONS: expected name=value, got '" + item + "'");
+      std::string name = item.substr(0, eq);
+      for (auto& o : options)
+        if (o.first == name) o.first.clear();
+      options.emplace_back(name, item.substr(eq + 1));
+    }
+    options.erase(std::remove_if(options.begin(), options.end(),
+                                 [](const auto& o) { return o.first.empty(); }),
+                  options.end());
+  }
   client_ = std::make_unique<pjrt::Client>(api_, options);
   if (client_->devices().empty())
     throw pjrt::Error("PJRT plugin " + plugin_path + " reports no addressable devices");

@@ -278,3 +278,15 @@ def test_two_cpu_devices():
         """, TORCH_TPU_CPU_DEVICES="2")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "OK"
+
+
+def test_pjrt_create_options_from_env():
+    # A typed plugin create option from TORCH_TPU_PJRT_OPTIONS overrides ours.
+    out = _run("import torch; print(torch.tpu.device_count())",
+               TORCH_TPU_PJRT_OPTIONS="cpu_device_count=3")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "3"
+    bad = _run("import torch; torch.zeros(1, device='tpu')",
+               TORCH_TPU_PJRT_OPTIONS="cpu_device_count")
+    assert bad.returncode != 0
+    assert "TORCH_TPU_PJRT_OPTIONS: expected name=value" in bad.stderr
