@@ -45,7 +45,7 @@ for dtype, n in ((torch.bfloat16, 8192), (torch.float32, 4096)):
 PY
 
 timeout 60 "$PY" benchmarks/op_overhead.py 2>&1 | tee "$OUT/op_overhead.txt"
-timeout 150 "$PY" benchmarks/llama_modes.py --baseline cuda --hidden 1024 --seq 512 --batch 8 2>&1 \
+timeout "${LLAMA_TIMEOUT:-150}" "$PY" benchmarks/llama_modes.py --baseline cuda --hidden 1024 --seq 512 --batch 8 2>&1 \
   | tee "$OUT/llama_modes.txt"
 
 # The tests run last, for whatever time is left before DEADLINE (seconds

@@ -30,7 +30,11 @@ const bool default_dtype_set = [] {
 }();
 
 // The AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE list names these unqualified.
+#if __has_include(<ATen/core/Dimname.h>)
+// torch < 2.13 still lists named-tensor overloads (used on the GPU machine's
+// torch 2.11); 2.13 dropped named tensors.
 using at::DimnameList;
+#endif
 using at::IntArrayRef;
 using at::Scalar;
 using at::ScalarType;

@@ -1,6 +1,7 @@
 #include "hlo/builder.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -119,13 +120,14 @@ uint16_t ToHalfBits(float f) {
   return static_cast<uint16_t>(half);
 }
 
+// snprintf, not iostreams: with the CUDA PJRT plugin loaded, formatting a
+// number through an ostream crashed inside libstdc++'s locale facets (seen
+// on an H200 machine; the CPU plugin never showed it).
 std::string Hex(uint64_t bits, int bytes) {
-  std::ostringstream s;
-  s << "0x" << std::hex << std::uppercase;
-  s.width(bytes * 2);
-  s.fill('0');
-  s << bits;
-  return s.str();
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "0x%0*llX", bytes * 2,
+                static_cast<unsigned long long>(bits));
+  return buf;
 }
 
 // The dense<...> literal of one scalar of type t.
@@ -140,11 +142,8 @@ std::string ScalarLiteral(ElementType t, double v) {
     case ElementType::F32: return Hex(FloatBits(static_cast<float>(v)), 4);
     case ElementType::BF16: return Hex(ToBFloat16Bits(static_cast<float>(v)), 2);
     case ElementType::F16: return Hex(ToHalfBits(static_cast<float>(v)), 2);
-    default: {
-      std::ostringstream s;
-      s << static_cast<int64_t>(v);
-      return s.str();
-    }
+    default:
+      return std::to_string(static_cast<int64_t>(v));
   }
 }
 

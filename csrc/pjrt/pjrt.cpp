@@ -81,10 +81,9 @@ std::shared_ptr<const Api> Api::Load(const std::string& path) {
   api->major_ = api->api_->pjrt_api_version.major_version;
   api->minor_ = api->api_->pjrt_api_version.minor_version;
   if (api->major_ != PJRT_API_MAJOR) {
-    std::ostringstream s;
-    s << "PJRT plugin " << path << " speaks API " << api->major_ << "."
-      << api->minor_ << ", torch_tpu needs major version " << PJRT_API_MAJOR;
-    throw Error(s.str());
+    throw Error("PJRT plugin " + path + " speaks API " + std::to_string(api->major_) + "." +
+                std::to_string(api->minor_) + ", torch_tpu needs major version " +
+                std::to_string(PJRT_API_MAJOR));
   }
   if (api->Has(offsetof(PJRT_Api, PJRT_Plugin_Initialize))) {
     Args<PJRT_Plugin_Initialize_Args> init;
