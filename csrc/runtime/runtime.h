@@ -91,6 +91,7 @@ class Runtime {
 
   pjrt::BufferPtr Upload(const void* data, hlo::ElementType t,
                          const std::vector<int64_t>& dims, int device);
+  // Rank-0 parameters; equal values share one cached, never-written buffer.
   pjrt::BufferPtr UploadScalar(double v, hlo::ElementType t, int device);
   pjrt::BufferPtr UploadInt(int64_t v, hlo::ElementType t, int device);
   // A buffer of zeros, 1-D, numel elements (a cached tiny program).
@@ -113,7 +114,9 @@ class Runtime {
 
  private:
   Runtime(const std::string& plugin_path, int cpu_device_count);
+  pjrt::BufferPtr CachedScalar(const void* data, size_t nbytes, hlo::ElementType t, int device);
   std::string plugin_path_;
+  std::unordered_map<std::string, pjrt::BufferPtr> scalars_;
   std::shared_ptr<const pjrt::Api> api_;
   std::unique_ptr<pjrt::Client> client_;
   std::unordered_map<std::string, pjrt::ExecutablePtr> cache_;
