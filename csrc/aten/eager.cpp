@@ -476,7 +476,8 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
       plan.args.emplace_back();
       continue;
     }
-    plan.args.push_back(PlanArg(plan, schema.arguments()[i], args[i], name, desc.rule->runtime_floats));
+    plan.args.push_back(PlanArg(plan, schema.arguments()[i], args[i], name,
+                                desc.rule->IsRuntimeFloat(schema.arguments()[i].name())));
   }
 
   // Destinations: self for in-place, out= tensors, or fresh tensors.

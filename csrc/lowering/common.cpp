@@ -34,9 +34,10 @@ void RegisterRandom(const std::string& name, Rule rule) {
   GetRegistry().entries.back()->random = true;
 }
 
-void RegisterRuntimeFloats(const std::string& name, Rule rule) {
+void RegisterRuntimeFloats(const std::string& name, Rule rule, std::vector<std::string> args) {
   Register(name, std::move(rule));
   GetRegistry().entries.back()->runtime_floats = true;
+  GetRegistry().entries.back()->runtime_float_args = std::move(args);
 }
 
 const RuleEntry* Find(const std::string& name) {

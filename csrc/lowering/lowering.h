@@ -93,8 +93,17 @@ struct RuleEntry {
   bool random = false;
   // float (Double) args are also passed as rank-0 runtime parameters in
   // `tensor` (and left out of the cache key): rules must then use `tensor`,
-  // not `d` (learning rates of fused optimizers never recompile).
+  // not `d` (learning rates of fused optimizers never recompile). Only the
+  // args named in runtime_float_args when that list is not empty.
   bool runtime_floats = false;
+  std::vector<std::string> runtime_float_args;
+  bool IsRuntimeFloat(const std::string& arg) const {
+    if (!runtime_floats) return false;
+    if (runtime_float_args.empty()) return true;
+    for (const auto& n : runtime_float_args)
+      if (n == arg) return true;
+    return false;
+  }
 };
 
 // Registers `rule` under an ATen schema name ("aten::" omitted) and the
@@ -104,7 +113,9 @@ void Register(const std::string& name, Rule rule, std::vector<std::string> varia
 void RegisterRandom(const std::string& name, Rule rule);
 // Registers a rule whose float args are runtime parameters (see
 // RuleEntry::runtime_floats).
-void RegisterRuntimeFloats(const std::string& name, Rule rule);
+// `args`: the names of the float args that are runtime (empty: all).
+void RegisterRuntimeFloats(const std::string& name, Rule rule,
+                           std::vector<std::string> args = {});
 const RuleEntry* Find(const std::string& name);  // functional or variant name
 std::vector<const RuleEntry*> AllRules();
 

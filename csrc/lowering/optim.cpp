@@ -48,6 +48,9 @@ Hyper HyperArg(Builder& b, const Arg& a, ElementType t) {
       throw std::invalid_argument("fused optimizer: lr must be a one-element tensor");
     h.is_tensor = true;
     h.v = b.Convert(b.Reshape(a.tensor, {}), t);
+  } else if (a.kind == K::Double && a.tensor.valid()) {  // a runtime float
+    h.is_tensor = true;
+    h.v = b.Convert(a.tensor, t);
   } else if (a.kind == K::Double) {
     h.d = a.d;
   } else {
@@ -276,12 +279,13 @@ std::vector<Value> SgdRule(Context& c, const std::vector<Arg>& a) {
 constexpr bool kRegisterOpsWithoutMeta = true;
 
 const bool registered = [] {
-  Register("_fused_adam_", AdamRule(false));
-  Register("_fused_adamw_", AdamRule(true));
+  // lr is a runtime parameter: a learning-rate schedule never recompiles.
+  RegisterRuntimeFloats("_fused_adam_", AdamRule(false), {"lr"});
+  RegisterRuntimeFloats("_fused_adamw_", AdamRule(true), {"lr"});
   if (kRegisterOpsWithoutMeta) {
     Register("_fused_adam_.tensor_lr", AdamRule(false));
     Register("_fused_adamw_.tensor_lr", AdamRule(true));
-    Register("_fused_sgd_", SgdRule);
+    RegisterRuntimeFloats("_fused_sgd_", SgdRule, {"lr"});
     Register("_fused_sgd_.tensor_lr", SgdRule);
   }
   return true;
