@@ -105,6 +105,27 @@ const Arg& GeneratorArg(const std::vector<Arg>& a) {
   throw std::logic_error("random rule called without a generator state");
 }
 
+// glu's halves of x (compute type) along dim: the first half and the
+// sigmoid of the second.
+struct Glu {
+  Value first, sigmoid;
+  int64_t dim;
+};
+Glu GluHalves(Builder& b, Value x, int64_t dim_arg) {
+  int64_t dim = WrapDim(dim_arg, x.rank());
+  int64_t half = x.shape()[dim] / 2;
+  std::vector<int64_t> start(x.rank(), 0), limit = x.shape(), strides(x.rank(), 1);
+  limit[dim] = half;
+  Value first = b.Slice(x, start, limit, strides);
+  start[dim] = half;
+  limit[dim] = 2 * half;
+  Value second = b.Slice(x, start, limit, strides);
+  Value one = b.Splat(x.dtype(), 1, first.shape());
+  Value s = b.Binary("divide", one,
+                     b.Binary("add", one, b.Unary("exponential", b.Unary("negate", second))));
+  return {first, s, dim};
+}
+
 const bool registered = [] {
   // gelu(self, *, approximate="none")
   Register("gelu", [](Context& c, const std::vector<Arg>& a) {
@@ -286,40 +307,21 @@ const bool registered = [] {
   Register("glu", [](Context& c, const std::vector<Arg>& a) {
     Builder& b = c.b;
     const TensorType& out = c.outputs.at(0);
-    ElementType ct = ComputeType(out.dtype);
-    Value x = b.Convert(a.at(0).tensor, ct);
-    int64_t dim = WrapDim(a.at(1).i, x.rank());
-    int64_t half = x.shape()[dim] / 2;
-    std::vector<int64_t> start(x.rank(), 0), limit = x.shape(), strides(x.rank(), 1);
-    limit[dim] = half;
-    Value first = b.Slice(x, start, limit, strides);
-    start[dim] = half;
-    limit[dim] = 2 * half;
-    Value second = b.Slice(x, start, limit, strides);
-    Value one = b.Splat(ct, 1, out.shape);
-    Value s = b.Binary("divide", one, b.Binary("add", one, b.Unary("exponential", b.Unary("negate", second))));
-    return std::vector<Value>{b.Convert(b.Binary("multiply", first, s), out.dtype)};
+    Glu g = GluHalves(b, b.Convert(a.at(0).tensor, ComputeType(out.dtype)), a.at(1).i);
+    return std::vector<Value>{b.Convert(b.Binary("multiply", g.first, g.sigmoid), out.dtype)};
   });
   // glu_backward(grad_output, self, dim)
   Register("glu_backward", [](Context& c, const std::vector<Arg>& a) {
     Builder& b = c.b;
     const TensorType& out = c.outputs.at(0);
     ElementType ct = ComputeType(out.dtype);
-    Value x = b.Convert(a.at(1).tensor, ct);
+    Glu g = GluHalves(b, b.Convert(a.at(1).tensor, ct), a.at(2).i);
     Value dy = b.Convert(a.at(0).tensor, ct);
-    int64_t dim = WrapDim(a.at(2).i, x.rank());
-    int64_t half = x.shape()[dim] / 2;
-    std::vector<int64_t> start(x.rank(), 0), limit = x.shape(), strides(x.rank(), 1);
-    limit[dim] = half;
-    Value first = b.Slice(x, start, limit, strides);
-    start[dim] = half;
-    limit[dim] = 2 * half;
-    Value second = b.Slice(x, start, limit, strides);
-    Value one = b.Splat(ct, 1, first.shape());
-    Value s = b.Binary("divide", one, b.Binary("add", one, b.Unary("exponential", b.Unary("negate", second))));
-    Value ga = b.Binary("multiply", dy, s);
-    Value gb = b.Binary("multiply", b.Binary("multiply", ga, first), b.Binary("subtract", one, s));
-    return std::vector<Value>{b.Convert(b.Concatenate({ga, gb}, dim), out.dtype)};
+    Value one = b.Splat(ct, 1, g.first.shape());
+    Value ga = b.Binary("multiply", dy, g.sigmoid);
+    Value gb = b.Binary("multiply", b.Binary("multiply", ga, g.first),
+                        b.Binary("subtract", one, g.sigmoid));
+    return std::vector<Value>{b.Convert(b.Concatenate({ga, gb}, g.dim), out.dtype)};
   });
   // _prelu_kernel(self, weight): x > 0 ? x : w * x (weight broadcasts)
   Register("_prelu_kernel", [](Context& c, const std::vector<Arg>& a) {

@@ -75,6 +75,22 @@ bool Mask(const Arg& a, size_t i) {
   return a.kind != K::IntList || i >= a.ints.size() || a.ints[i] != 0;
 }
 
+// A norm over the trailing normalized_shape dims of x, seen as [m, n] rows:
+// xf is x in the compute type, reshaped to [m, n].
+struct Rows {
+  std::vector<int64_t> shape;  // x's shape
+  int64_t axis, m, n;
+  Value xf;
+};
+Rows TrailingRows(Builder& b, Value x, const std::vector<int64_t>& normalized_shape,
+                  ElementType ct, const char* op) {
+  int64_t axis = x.rank() - static_cast<int64_t>(normalized_shape.size());
+  if (axis < 0) throw Unsupported(std::string(op) + ": normalized_shape longer than input");
+  Rows r{x.shape(), axis, Prod(x.shape(), 0, axis), Prod(x.shape(), axis), Value()};
+  r.xf = b.Reshape(b.Convert(x, ct), {r.m, r.n});
+  return r;
+}
+
 // ---------------------------------------------------------------- layer norm
 
 // native_layer_norm(input, normalized_shape, weight?, bias?, eps)
@@ -82,14 +98,9 @@ bool Mask(const Arg& a, size_t i) {
 std::vector<Value> LayerNorm(Context& c, const std::vector<Arg>& a) {
   Builder& b = c.b;
   Value x = a.at(0).tensor;
-  const std::vector<int64_t>& ns = a.at(1).ints;
-  int64_t axis = x.rank() - static_cast<int64_t>(ns.size());
-  if (axis < 0) throw Unsupported("native_layer_norm: normalized_shape longer than input");
   ElementType ct = NormComputeType({&a[0], &a[2], &a[3]});
-  const std::vector<int64_t>& shape = x.shape();
-  int64_t m = Prod(shape, 0, axis), n = Prod(shape, axis);
+  auto [shape, axis, m, n, xf] = TrailingRows(b, x, a.at(1).ints, ct, "native_layer_norm");
   double eps = a.at(4).d;
-  Value xf = b.Reshape(b.Convert(x, ct), {m, n});
   Value mean = DivN(b, Sum(b, xf, {1}), n);
   Value xc = Sub(b, xf, b.BroadcastInDim(mean, {m, n}, {0}));
   Value var = DivN(b, Sum(b, Mul(b, xc, xc), {1}), n);
@@ -109,13 +120,9 @@ std::vector<Value> LayerNormBackward(Context& c, const std::vector<Arg>& a) {
   Builder& b = c.b;
   Value x = a.at(1).tensor;
   const std::vector<int64_t>& ns = a.at(2).ints;
-  int64_t axis = x.rank() - static_cast<int64_t>(ns.size());
-  if (axis < 0) throw Unsupported("native_layer_norm_backward: bad normalized_shape");
   ElementType ct = NormComputeType({&a[0], &a[1], &a[5], &a[6]});
-  const std::vector<int64_t>& shape = x.shape();
-  int64_t m = Prod(shape, 0, axis), n = Prod(shape, axis);
+  auto [shape, axis, m, n, xf] = TrailingRows(b, x, ns, ct, "native_layer_norm_backward");
   Value dy = b.Reshape(b.Convert(a.at(0).tensor, ct), {m, n});
-  Value xf = b.Reshape(b.Convert(x, ct), {m, n});
   Value mean = b.BroadcastInDim(Stat(b, a.at(3), ct, {m}), {m, n}, {0});
   Value rstd = b.BroadcastInDim(Stat(b, a.at(4), ct, {m}), {m, n}, {0});
   Value xhat = Mul(b, Sub(b, xf, mean), rstd);
@@ -320,14 +327,9 @@ double DefaultEps(ElementType t) {
 std::vector<Value> RmsNorm(Context& c, const std::vector<Arg>& a) {
   Builder& b = c.b;
   Value x = a.at(0).tensor;
-  const std::vector<int64_t>& ns = a.at(1).ints;
-  int64_t axis = x.rank() - static_cast<int64_t>(ns.size());
-  if (axis < 0) throw Unsupported("_fused_rms_norm: normalized_shape longer than input");
   ElementType ct = ComputeType(x.dtype());
+  auto [shape, axis, m, n, xf] = TrailingRows(b, x, a.at(1).ints, ct, "_fused_rms_norm");
   double eps = a.at(3).kind == K::Double ? a[3].d : DefaultEps(ct);
-  const std::vector<int64_t>& shape = x.shape();
-  int64_t m = Prod(shape, 0, axis), n = Prod(shape, axis);
-  Value xf = b.Reshape(b.Convert(x, ct), {m, n});
   Value ms = DivN(b, Sum(b, Mul(b, xf, xf), {1}), n);
   Value rstd = InvStd(b, ms, eps, false);
   // As ATen's composite: normalize in the compute type, round to the input
@@ -350,13 +352,9 @@ std::vector<Value> RmsNormBackward(Context& c, const std::vector<Arg>& a) {
   Builder& b = c.b;
   Value x = a.at(1).tensor;
   const std::vector<int64_t>& ns = a.at(2).ints;
-  int64_t axis = x.rank() - static_cast<int64_t>(ns.size());
-  if (axis < 0) throw Unsupported("_fused_rms_norm_backward: bad normalized_shape");
   ElementType ct = NormComputeType({&a[0], &a[1], &a[4]});
-  const std::vector<int64_t>& shape = x.shape();
-  int64_t m = Prod(shape, 0, axis), n = Prod(shape, axis);
+  auto [shape, axis, m, n, xf] = TrailingRows(b, x, ns, ct, "_fused_rms_norm_backward");
   Value dy = b.Reshape(b.Convert(a.at(0).tensor, ct), {m, n});
-  Value xf = b.Reshape(b.Convert(x, ct), {m, n});
   Value rstd = b.BroadcastInDim(Stat(b, a.at(3), ct, {m}), {m, n}, {0});
   Value xhat = Mul(b, xf, rstd);
   bool has_weight = IsTensor(a.at(4));
