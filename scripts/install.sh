@@ -22,6 +22,9 @@ PY="${PYTHON:-python3}"
 # against torch==2.13.0 (none of them pulls another torch).
 "$PY" -m pip install -q torch==2.13.0 transformers==5.24.0 accelerate==1.15.0 \
   safetensors==0.8.0 tokenizers==0.23.3 huggingface_hub==2.4.0
+"$PY" -m pip install -q torch==2.13.0 diffusers==0.42.1 pillow==13.0.0 importlib_metadata==10.2.0 zipp==4.1.2 lazy-importer==0.1.0
+# Hugging Face kernels (tests/hf/test_kernels.py): its deps do not touch torch.
+"$PY" -m pip install -q torch==2.13.0 kernels==0.17.2
 # Build against the installed torch: no isolated build env (it would
 # download another torch).
 "$PY" -m pip install -q --no-build-isolation --no-deps -e .

@@ -388,9 +388,51 @@ std::unordered_map<std::string, Compiled>& Compiled_() {
   return *m;
 }
 
+// _grouped_mm's meta kernel accepts bf16 operands only, while PyTorch's CPU
+// kernel and our rule also take f32 and f16: their output spec is computed
+// here, with the CPU kernel's checks. Empty for every other call.
+std::optional<std::vector<OutputSpec>> GroupedMmOutputs(const c10::OperatorHandle& op,
+                                                        const std::vector<c10::IValue>& args) {
+  if (op.schema().name() != "aten::_grouped_mm" || args.size() < 5) return std::nullopt;
+  const at::Tensor& a = args[0].toTensor();
+  const at::Tensor& b = args[1].toTensor();
+  if (a.scalar_type() == at::kBFloat16 && b.scalar_type() == at::kBFloat16) return std::nullopt;
+  TORCH_CHECK(a.scalar_type() == at::kFloat || a.scalar_type() == at::kHalf ||
+                  a.scalar_type() == at::kBFloat16,
+              "Expected mat_a to be Float32, BFloat16 or Float16 matrix, got ", a.scalar_type());
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected mat_a and mat_b to have the same dtype, but got: ",
+              a.scalar_type(), " != ", b.scalar_type());
+  TORCH_CHECK((a.dim() == 2 || a.dim() == 3) && (b.dim() == 2 || b.dim() == 3),
+              "Multiplicands must be 2D or 3D but got mat_a.dim()=", a.dim(), " and mat_b.dim()=", b.dim());
+  TORCH_CHECK(a.size(-1) == b.size(-2), "contraction dimension of mat_a and mat_b must match");
+  bool has_offs = args[2].isTensor() && args[2].toTensor().defined();
+  if (a.dim() == 2 || b.dim() == 2) {
+    TORCH_CHECK(has_offs, "Offsets tensor not provided, but is needed for ", a.dim(), "D/", b.dim(),
+                "D multiplicand layouts.");
+    const at::Tensor& offs = args[2].toTensor();
+    TORCH_CHECK(offs.dim() == 1, "Offsets tensor must be 1D, but got offs.dim()=", offs.dim(), ".");
+    TORCH_CHECK(offs.scalar_type() == at::kInt, "Offsets have to be int32");
+  } else {
+    TORCH_CHECK(!has_offs, "Offsets tensor provided, but is not needed for 3D/3D multiplicand layouts.");
+    TORCH_CHECK(a.size(0) == b.size(0), "batch sizes of mat_a and mat_b must match");
+  }
+  TORCH_CHECK(!(args[3].isTensor() && args[3].toTensor().defined()),
+              "Bias tensor provided, but it is not supported yet.");
+  TORCH_CHECK(args[4].isNone() || args[4].toScalarType() == a.scalar_type(),
+              "Grouped gemm output dtype must match `mat_a` dtype");
+  std::vector<int64_t> sizes;
+  if (a.dim() == 2 && b.dim() == 3) sizes = {a.size(0), b.size(2)};
+  else if (a.dim() == 3 && b.dim() == 2) sizes = {a.size(1), b.size(1)};
+  else if (a.dim() == 2) sizes = {args[2].toTensor().size(0), a.size(0), b.size(1)};
+  else sizes = {a.size(0), a.size(1), b.size(2)};
+  OutputSpec out{sizes, lowering::ContiguousStrides(sizes), a.scalar_type()};
+  return std::vector<OutputSpec>{out};
+}
+
 // Output specs from PyTorch's meta kernel for this call.
 std::vector<OutputSpec> MetaOutputs(const c10::OperatorHandle& op,
                                     const std::vector<c10::IValue>& args) {
+  if (auto special = GroupedMmOutputs(op, args)) return *special;
   auto to_meta = [](const c10::IValue& v) -> c10::IValue {
     if (v.isTensor()) {
       const at::Tensor& t = v.toTensor();

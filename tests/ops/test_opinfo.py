@@ -53,7 +53,7 @@ OPS: list[tuple[str, str]] = [
     ("max", "reduction_with_dim"), ("max", "reduction_no_dim"), ("max", "binary"),
     ("min", "reduction_with_dim"), ("min", "reduction_no_dim"), ("min", "binary"),
     ("var", "unbiased"), ("std", "unbiased"), ("softmax", "with_dtype"),
-    ("log_softmax", "with_dtype"), ("nn.functional.pad", "constant"),
+    ("log_softmax", "with_dtype"), ("nn.functional.pad", "constant"), ("histc", ""),
     # Partly or wholly through the CPU fallback today (no rule for the overload
     # or the inputs): listed so the table shows them.
     ("round", "decimals_0"), ("round", "decimals_3"), ("round", "decimals_neg_3"),
@@ -133,6 +133,7 @@ _NATIVE = """
     gather: bfloat16 float32 int64
     ge: bfloat16 float32 int64
     gt: bfloat16 float32 int64
+    histc: bfloat16 float32
     hstack: bfloat16 float32 int64
     hypot: bfloat16 float32
     index_add: bfloat16 float32 int64
@@ -172,6 +173,7 @@ _NATIVE = """
     mv: bfloat16 float32 int64
     ne: bfloat16 float32 int64
     neg: bfloat16 float32 int64
+    nn.functional.embedding: bfloat16 float32
     nn.functional.linear: bfloat16 float32 int64
     nn.functional.pad.constant: bfloat16 float32 int64
     nn.functional.relu: bfloat16 float32 int64
@@ -216,7 +218,6 @@ _NATIVE = """
     zero_: bfloat16 float32 int64
 """
 _CORRECT = """
-    nn.functional.embedding: bfloat16 float32
     round.decimals_0: bfloat16 float32
     round.decimals_3: bfloat16 float32
     round.decimals_neg_3: bfloat16 float32
