@@ -7,13 +7,14 @@
 #include <cstdlib>
 
 #include "pjrt/pjrt.h"
+#include "pjrt/test_plugin.h"
 
 namespace torch_tpu::hlo {
 namespace {
 
 pjrt::Client& TestClient() {
   static auto client = std::make_shared<pjrt::Client>(
-      pjrt::Api::Load(std::getenv("TORCH_TPU_TEST_CPU_PLUGIN")),
+      pjrt::Api::Load(pjrt::testing::CpuPluginPath()),
       std::vector<std::pair<std::string, std::string>>{});
   return *client;
 }

@@ -9,12 +9,13 @@
 
 #include "lowering/lowering.h"
 #include "pjrt/pjrt.h"
+#include "pjrt/test_plugin.h"
 
 namespace torch_tpu::lowering::testing {
 
 inline pjrt::Client& TestClient() {
   static auto client = std::make_shared<pjrt::Client>(
-      pjrt::Api::Load(std::getenv("TORCH_TPU_TEST_CPU_PLUGIN")),
+      pjrt::Api::Load(pjrt::testing::CpuPluginPath()),
       std::vector<std::pair<std::string, std::string>>{});
   return *client;
 }

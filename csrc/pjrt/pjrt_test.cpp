@@ -1,4 +1,5 @@
 #include "pjrt/pjrt.h"
+#include "pjrt/test_plugin.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +10,7 @@ namespace {
 
 std::shared_ptr<const Api> CpuPlugin() {
   static std::shared_ptr<const Api> api =
-      Api::Load(std::getenv("TORCH_TPU_TEST_CPU_PLUGIN"));
+      Api::Load(testing::CpuPluginPath());
   return api;
 }
 
