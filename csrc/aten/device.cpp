@@ -22,6 +22,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <typeinfo>
 
 #include "aten/tpu.h"
 
@@ -662,7 +663,25 @@ void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::native::cpu_fallback(op, stack);
 }
 
+// Whether `var.data = from` may shallow-copy `from` into `var`. PyTorch's own
+// answer (TensorImpl::has_compatible_shallow_copy_type) knows the built-in
+// dense backends only, so without this `module.to("tpu")` replaced every
+// Parameter by a new one per module and untied shared (tied) weights. Plain
+// strided tensors with a plain TensorImpl on cpu or tpu are compatible.
+static bool HasCompatibleShallowCopyType(const at::Tensor& self, const at::Tensor& from) {
+  if (self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set())) return true;
+  auto plain = [](const at::Tensor& t) {
+    const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    auto type = t.device().type();
+    return typeid(*impl) == typeid(c10::TensorImpl) && t.layout() == c10::kStrided &&
+           t.key_set().has(c10::DispatchKey::Dense) && !t.key_set().has(c10::DispatchKey::Python) &&
+           (type == c10::DeviceType::CPU || type == c10::DeviceType::PrivateUse1);
+  };
+  return plain(self) && plain(from);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", HasCompatibleShallowCopyType);
   m.impl("empty.memory_format", EmptyMemoryFormat);
   m.impl("empty_strided", EmptyStrided);
   m.impl("as_strided", AsStrided);

@@ -1177,6 +1177,12 @@ void RegisterNativeRules() {
     if (Ops().count(name)) return;
     auto handle = dispatcher.findOp(name);
     if (!handle) return;
+    // A tpu kernel for a CompositeImplicitAutograd op without its own autograd
+    // formula (where.ScalarOther, ...) would take the op out of autograd
+    // (gradients silently stop there); such ops decompose into native ones.
+    if (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
+        !handle->hasKernelForDispatchKey(c10::DispatchKey::Autograd))
+      return;
     Ops()[name] = Describe(handle->schema(), rule);
     std::string full = FullName(handle->schema());
     lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&GenericKernel>());

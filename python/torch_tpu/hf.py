@@ -30,14 +30,6 @@ What is patched, and why:
     before anything runs), the model runs eagerly from then on, again with a
     single warning.
 
-``transformers.integrations.moe`` (the default ``"grouped_mm"`` experts)
-    On "tpu" Transformers counts tokens per expert with ``torch.histc`` on an
-    int32 tensor (CUDA-style). That op has no tpu lowering yet and its CPU
-    fallback fails (PyTorch's CPU histc has no integer kernel). When a
-    one-time probe shows int32 ``histc`` failing on "tpu", MoE layers on
-    "tpu" use Transformers' own ``"batched_mm"`` experts implementation
-    (same math) instead; once the probe passes, ``grouped_mm`` runs as is.
-
 ``accelerate.state.PartialState.default_device``
     Accelerate knows cuda, xpu, npu, mps, ... but not "tpu": its default
     device would be CPU while Transformers' ``TrainingArguments.device`` is
@@ -258,45 +250,6 @@ def _patch_modeling_utils(module: Any) -> None:
     cls.get_compiled_call = get_compiled_call
 
 
-_histc_int_ok: bool | None = None
-
-
-def _histc_int_supported() -> bool:
-    """Whether torch.histc accepts an int32 tensor on "tpu" (probed once)."""
-    global _histc_int_ok
-    if _histc_int_ok is None:
-        import torch
-
-        try:
-            x = torch.zeros(2, dtype=torch.int32, device="tpu")
-            torch.histc(x, bins=2, min=0, max=1).cpu()
-            _histc_int_ok = True
-        except Exception:
-            _histc_int_ok = False
-    return _histc_int_ok
-
-
-def _patch_moe(module: Any) -> None:
-    interface = getattr(module, "ExpertsInterface", None)
-    mapping = getattr(interface, "_global_mapping", None)
-    batched = getattr(module, "batched_mm_experts_forward", None)
-    original = mapping.get("grouped_mm") if isinstance(mapping, dict) else None
-    if original is None or batched is None or getattr(original, "_torch_tpu_wrapped", False):
-        return
-
-    def grouped_mm_experts_forward(self: Any, hidden_states: Any, *args: Any, **kwargs: Any) -> Any:
-        if hidden_states.device.type == "tpu" and not _histc_int_supported():
-            return batched(self, hidden_states, *args, **kwargs)
-        return original(self, hidden_states, *args, **kwargs)
-
-    grouped_mm_experts_forward.__doc__ = original.__doc__
-    grouped_mm_experts_forward.__wrapped__ = original  # type: ignore[attr-defined]
-    grouped_mm_experts_forward._torch_tpu_wrapped = True  # type: ignore[attr-defined]
-    mapping["grouped_mm"] = grouped_mm_experts_forward
-    if getattr(module, "grouped_mm_experts_forward", None) is original:
-        module.grouped_mm_experts_forward = grouped_mm_experts_forward
-
-
 def _patch_accelerate_state(module: Any) -> None:
     cls = getattr(module, "PartialState", None)
     prop = cls.__dict__.get("default_device") if cls is not None else None
@@ -324,7 +277,6 @@ _PATCHES: Dict[str, Callable[[Any], None]] = {
     "safetensors": _patch_safetensors,
     "safetensors.torch": _patch_safetensors_torch,
     "transformers.modeling_utils": _patch_modeling_utils,
-    "transformers.integrations.moe": _patch_moe,
 }
 
 

@@ -3,7 +3,7 @@
 Usage::
 
     python -m torch_tpu.tools.coverage script.py [args...]
-    python -m torch_tpu.tools.coverage --model llama   # a built-in tiny model
+    python -m torch_tpu.tools.coverage --model llama   # a built-in tiny model (tiny_models.py)
 
 It runs the program with torch_tpu's counters reset and prints every ATen op
 that reached the tpu backend with its call count, marked ``native`` (a
@@ -52,29 +52,14 @@ def format_table(table: dict[str, Any]) -> str:
 
 def _builtin_model(name: str) -> None:
     """Forward and one AdamW step of a tiny Transformers model on tpu."""
-    import transformers
+    from . import tiny_models
 
-    configs = {
-        "llama": lambda: transformers.LlamaConfig(
-            vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2),
-        "gpt2": lambda: transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4),
-        "bert": lambda: transformers.BertConfig(
-            vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-            intermediate_size=128),
-    }
-    if name not in configs:
-        raise SystemExit(f"unknown model {name!r}; choose one of {sorted(configs)}")
-    torch.manual_seed(0)
-    config = configs[name]()
-    if name == "bert":
-        model = transformers.BertForMaskedLM(config)
-    else:
-        model = transformers.AutoModelForCausalLM.from_config(config)
+    if name not in tiny_models.MODELS:
+        raise SystemExit(f"unknown model {name!r}; choose one of {', '.join(tiny_models.MODELS)}")
+    model, inputs = tiny_models.make(name)
     model.to("tpu")
-    ids = torch.randint(0, 128, (2, 16), device="tpu")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    out = model(input_ids=ids, labels=ids)
+    out = model(**tiny_models.to(inputs, "tpu"))
     out.loss.backward()
     opt.step()
     torch.tpu.synchronize()
@@ -83,7 +68,8 @@ def _builtin_model(name: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m torch_tpu.tools.coverage",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", help="a built-in tiny model: llama, gpt2, bert")
+    parser.add_argument("--model", help="a built-in tiny Transformers model: llama, qwen3, qwen3_moe, "
+                        "gemma3, mistral, gpt2, bert, t5, vit, whisper, clip (torch_tpu.tools.tiny_models)")
     parser.add_argument("--json", help="also write the table to this file")
     parser.add_argument("--fail-on-fallback", action="store_true")
     parser.add_argument("script", nargs="?", help="a Python script to run")
