@@ -6,17 +6,33 @@
 // Python (torch_tpu/compile.py) walks the FX graph and calls
 //   add_input(dtype, shape) -> id
 //   add_op(op, args, outputs) -> [id...]
-//   set_outputs(ids, strides)
+//   set_outputs(ids, strides, mutations=[])
 //   compile(device)
 //   run(inputs) -> [Tensor...]
 // Graph inputs are module parameters holding the whole (contiguous) storage
 // of the input tensor; non-contiguous inputs are made dense first.
+//
+// Mutated inputs (AOTAutograd's `copy_(input, new_value)` epilogue, kept in
+// the graph with keep_inference_input_mutations: buffers, KV caches,
+// optimizer state) are `mutations`, (input index, value id) pairs: the new
+// value is an extra module result aliased to the input's parameter
+// (tf.aliasing_output), the input's storage buffer is donated to the
+// execution and the storage takes the result buffer: an in-place update
+// with no copy, as eager in-place ops do. An input that is a non-dense view
+// goes through a dense temporary and is written back with one copy (counted
+// in _Graph.mutation_stats()["copied_back"]).
+//
+// TORCH_TPU_DUMP_GRAPHS=<dir> writes every graph module to <dir>/graph_<hash>.mlir.
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/extension.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <set>
 
 #include "aten/tpu.h"
 
@@ -49,6 +65,13 @@ int64_t Numel(const std::vector<int64_t>& s) {
   for (int64_t d : s) n *= d;
   return n;
 }
+
+// Totals over all graphs (compile.stats() reports them).
+struct MutationCounters {
+  int64_t donated = 0;      // mutated inputs updated in place through donation
+  int64_t rebound = 0;      // updated in place without donation (storage shared)
+  int64_t copied_back = 0;  // non-dense views written back with a copy
+} g_mutations;
 
 const lowering::RuleEntry* Lookup(const std::string& op) {
   if (const auto* e = lowering::Find("_tpu_graph::" + op)) return e;
@@ -174,7 +197,8 @@ class Graph {
     return ids;
   }
 
-  void SetOutputs(const std::vector<int>& ids, const py::list& strides) {
+  void SetOutputs(const std::vector<int>& ids, const py::list& strides,
+                  const std::vector<std::pair<int, int>>& mutations) {
     TORCH_CHECK(!compiled_, "graph already compiled");
     TORCH_CHECK(strides.size() == ids.size(), "set_outputs: one stride list per output");
     std::vector<Value> outs;
@@ -202,6 +226,25 @@ class Graph {
       }
       outputs_.push_back(o);
     }
+    mutations_.clear();
+    std::set<int> mutated;
+    for (const auto& [input, id] : mutations) {
+      TORCH_CHECK(input >= 0 && input < static_cast<int>(inputs_.size()),
+                  "set_outputs: mutation of unknown input ", input);
+      TORCH_CHECK(mutated.insert(input).second, "set_outputs: input ", input, " mutated twice");
+      const InputSpec& spec = inputs_[input];
+      Value v = value(id);
+      TORCH_CHECK(v.dtype() == spec.dtype && v.shape() == spec.shape, "set_outputs: input ", input,
+                  " is ", hlo::Name(spec.dtype), c10::IntArrayRef(spec.shape),
+                  " but its new value is ", v.type.str());
+      int param = -1;
+      for (size_t p = 0; p < params_.size(); ++p)
+        if (params_[p].input == input) param = static_cast<int>(p);
+      TORCH_CHECK(param >= 0, "internal: no parameter for input ", input);
+      b_.SetParameterAttrs(param, "tf.aliasing_output = " + std::to_string(outs.size()) + " : i32");
+      outs.push_back(b_.Reshape(v, {Numel(spec.shape)}));
+      mutations_.push_back({input, param});
+    }
     for (const auto& c : checks_) {
       outs.push_back(c.ok);
       check_messages_.push_back(c.message);
@@ -218,6 +261,11 @@ class Graph {
     char key[64];
     std::snprintf(key, sizeof(key), "graph|%016zx|%zu", std::hash<std::string>()(text_),
                   text_.size());
+    if (const char* dir = std::getenv("TORCH_TPU_DUMP_GRAPHS"); dir && *dir) {
+      char name[64];
+      std::snprintf(name, sizeof(name), "/graph_%016zx.mlir", std::hash<std::string>()(text_));
+      std::ofstream(std::string(dir) + name) << text_;
+    }
     try {
       exe_ = rt.GetOrCompile(key, device, [&] { return text_; });
     } catch (const std::exception& e) {
@@ -250,6 +298,8 @@ class Graph {
     std::vector<pjrt::BufferPtr> keep;
     std::vector<PJRT_Buffer*> buffers;
     std::vector<int64_t> non_donatable;
+    std::vector<bool> donate(params_.size(), false);
+    for (const Mutation& m : mutations_) donate[m.param] = true;
     for (size_t p = 0; p < params_.size(); ++p) {
       const ParamSlot& slot = params_[p];
       if (slot.input >= 0) {
@@ -263,7 +313,14 @@ class Graph {
         keep.push_back(rt.Upload(state, ElementType::U64, {2}, device_));
       }
       buffers.push_back(keep.back()->raw());
-      non_donatable.push_back(static_cast<int64_t>(p));
+    }
+    // A donated buffer must not be read through another parameter (the same
+    // storage passed twice): then the storage just takes the result.
+    for (size_t p = 0; p < params_.size(); ++p) {
+      if (donate[p])
+        for (size_t q = 0; q < params_.size(); ++q)
+          if (q != p && buffers[q] == buffers[p]) donate[p] = false;
+      if (!donate[p]) non_donatable.push_back(static_cast<int64_t>(p));
     }
     std::vector<pjrt::BufferPtr> outs;
     try {
@@ -271,8 +328,24 @@ class Graph {
     } catch (const pjrt::Error& e) {
       TORCH_CHECK(false, "torch_tpu compiled graph: ", e.what());
     }
+    size_t first_check = outputs_.size() + mutations_.size();
     for (size_t i = 0; i < check_messages_.size(); ++i)
-      rt.AddAssertion(outs[outputs_.size() + i], check_messages_[i]);
+      rt.AddAssertion(outs[first_check + i], check_messages_[i]);
+    // Mutated inputs: their storages take the results (in place).
+    for (size_t k = 0; k < mutations_.size(); ++k) {
+      const Mutation& m = mutations_[k];
+      DeviceStorage* s = StorageOf(dense[m.input]);
+      s->dtype = inputs_[m.input].dtype;
+      s->buffer = outs[outputs_.size() + k];
+      if (!dense[m.input].is_same(inputs[m.input])) {
+        RunInto("_tpu_copy", {dense[m.input]}, inputs[m.input]);
+        ++g_mutations.copied_back;
+      } else if (donate[m.param]) {
+        ++g_mutations.donated;
+      } else {
+        ++g_mutations.rebound;
+      }
+    }
     std::vector<at::Tensor> results;
     c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device_));
     for (size_t i = 0; i < outputs_.size(); ++i) {
@@ -291,6 +364,33 @@ class Graph {
   std::string text() const { return text_; }
   int num_params() const { return static_cast<int>(params_.size()); }
 
+  // A graph from external module text (benchmarks: another frontend's
+  // module, e.g. jax.jit(f).lower(...).as_text(), run on this plugin). Its
+  // parameters must be the inputs' whole storages (1-D, numel elements),
+  // its results 1-D, one per output, returned as contiguous tensors.
+  static std::unique_ptr<Graph> FromText(const std::string& text, const py::list& inputs,
+                                         const py::list& outputs) {
+    auto g = std::make_unique<Graph>();
+    for (auto h : inputs) {
+      auto tup = h.cast<py::tuple>();
+      ParamSlot slot;
+      slot.input = static_cast<int>(g->inputs_.size());
+      g->params_.push_back(slot);
+      g->inputs_.push_back({ToElementType(DtypeOf(tup[0]), "module input"), ShapeOf(tup[1])});
+    }
+    for (auto h : outputs) {
+      auto tup = h.cast<py::tuple>();
+      Output o;
+      o.dtype = ToElementType(DtypeOf(tup[0]), "module output");
+      o.sizes = ShapeOf(tup[1]);
+      o.strides = lowering::ContiguousStrides(o.sizes);
+      g->outputs_.push_back(o);
+    }
+    g->text_ = text;
+    g->returned_ = true;
+    return g;
+  }
+
  private:
   struct ParamSlot {
     int input = -1;              // index into inputs_, or -1 for an RNG state
@@ -307,6 +407,10 @@ class Graph {
   struct Check {
     Value ok;
     std::string message;
+  };
+  struct Mutation {
+    int input;  // index into inputs_
+    int param;  // its module parameter
   };
 
   int Add(Value v) {
@@ -352,6 +456,7 @@ class Graph {
   std::vector<InputSpec> inputs_;
   std::vector<Output> outputs_;
   std::vector<Check> checks_;
+  std::vector<Mutation> mutations_;
   std::vector<std::string> check_messages_;
   std::string text_;
   bool any_f64_ = false;
@@ -360,6 +465,76 @@ class Graph {
   int device_ = 0;
   pjrt::ExecutablePtr exe_;
 };
+
+// ---- graph-only rules for the functional forms of writes into views, as
+// AOTAutograd emits them for slice assignment and index writes into KV
+// caches and buffers (`cache[:, :, t:t+1] = k`, `x[i] = v`): one
+// dynamic_update_slice, which XLA performs in place in the (donated) buffer.
+
+// slice_scatter(self, src, dim=0, start=None, end=None, step=1)
+std::vector<Value> SliceScatter(lowering::Context& c, const std::vector<Arg>& a) {
+  Value x = a.at(0).tensor, src = a.at(1).tensor;
+  int64_t r = x.rank();
+  auto int_or = [&](size_t i, int64_t dflt) {
+    return i < a.size() && a[i].kind == Arg::Kind::Int ? a[i].i : dflt;
+  };
+  int64_t dim = lowering::WrapDim(int_or(2, 0), r);
+  int64_t n = x.shape()[dim];
+  int64_t start = int_or(3, 0), step = int_or(5, 1);
+  if (step != 1) throw lowering::Unsupported("slice_scatter with a step");
+  if (start < 0) start += n;
+  start = std::clamp<int64_t>(start, 0, n);
+  std::vector<int64_t> want = x.shape();
+  want[dim] = src.shape()[dim];
+  if (src.shape() != want || start + want[dim] > n)
+    throw lowering::Unsupported("slice_scatter: unexpected source shape");
+  std::vector<Value> starts;
+  for (int64_t d = 0; d < r; ++d)
+    starts.push_back(c.b.ConstantInt(ElementType::I64, d == dim ? start : 0));
+  return {c.b.DynamicUpdateSlice(x, c.b.Convert(src, x.dtype()), starts)};
+}
+
+// select_scatter(self, src, dim, index)
+std::vector<Value> SelectScatter(lowering::Context& c, const std::vector<Arg>& a) {
+  Value x = a.at(0).tensor, src = a.at(1).tensor;
+  int64_t r = x.rank();
+  int64_t dim = lowering::WrapDim(a.at(2).i, r);
+  int64_t n = x.shape()[dim], index = a.at(3).i;
+  if (index < -n || index >= n) throw std::out_of_range("select_scatter: index out of range");
+  if (index < 0) index += n;
+  std::vector<int64_t> shape = x.shape();
+  shape[dim] = 1;
+  std::vector<Value> starts;
+  for (int64_t d = 0; d < r; ++d)
+    starts.push_back(c.b.ConstantInt(ElementType::I64, d == dim ? index : 0));
+  Value update = c.b.Reshape(c.b.Convert(src, x.dtype()), shape);
+  return {c.b.DynamicUpdateSlice(x, update, starts)};
+}
+
+// as_strided_scatter(self, src, size, stride, storage_offset=None): self is
+// taken as a dense buffer (compile.py checks that its value is contiguous
+// with offset 0, as for as_strided), src is written through the view.
+std::vector<Value> AsStridedScatter(lowering::Context& c, const std::vector<Arg>& a) {
+  Value x = a.at(0).tensor, src = a.at(1).tensor;
+  lowering::ViewGeometry g;
+  g.sizes = a.at(2).ints;
+  g.strides = a.at(3).ints;
+  g.storage_numel = x.type.numel();
+  int64_t offset = a.size() > 4 && a[4].kind == Arg::Kind::Int ? a[4].i : 0;
+  if (src.shape() != g.sizes) throw lowering::Unsupported("as_strided_scatter: source shape");
+  Value flat = c.b.Reshape(x, {g.storage_numel});
+  Value out = lowering::WriteView(c.b, flat, c.b.ConstantInt(ElementType::I64, offset), g,
+                                  c.b.Convert(src, x.dtype()));
+  return {c.b.Reshape(out, x.shape())};
+}
+
+struct GraphRules {
+  GraphRules() {
+    lowering::Register("_tpu_graph::as_strided_scatter", AsStridedScatter);
+    lowering::Register("_tpu_graph::slice_scatter", SliceScatter);
+    lowering::Register("_tpu_graph::select_scatter", SelectScatter);
+  }
+} graph_rules;
 
 // Exceptions as Python RuntimeError with the message (c10::Error included).
 template <typename F>
@@ -388,9 +563,14 @@ void RegisterGraphBindings(PyObject* module) {
                         const py::list& outputs) {
         return Guarded([&] { return g.AddOp(op, args, outputs); })();
       })
-      .def("set_outputs", [](Graph& g, const std::vector<int>& ids, const py::list& strides) {
-        Guarded([&] { g.SetOutputs(ids, strides); })();
-      })
+      .def(
+          "set_outputs",
+          [](Graph& g, const std::vector<int>& ids, const py::list& strides,
+             const std::vector<std::pair<int, int>>& mutations) {
+            Guarded([&] { g.SetOutputs(ids, strides, mutations); })();
+          },
+          py::arg("ids"), py::arg("strides"),
+          py::arg("mutations") = std::vector<std::pair<int, int>>())
       .def("compile", [](Graph& g, int device) {
         Guarded([&] { g.Compile(device); })();
       })
@@ -398,7 +578,19 @@ void RegisterGraphBindings(PyObject* module) {
         return Guarded([&] { return g.Run(inputs); })();
       })
       .def("text", &Graph::text)
-      .def_static("has_rule", [](const std::string& op) { return Lookup(op) != nullptr; });
+      .def_static("from_text",
+                  [](const std::string& text, const py::list& inputs, const py::list& outputs) {
+                    return Guarded([&] { return Graph::FromText(text, inputs, outputs); })();
+                  })
+      .def_static("has_rule", [](const std::string& op) { return Lookup(op) != nullptr; })
+      .def_static("mutation_stats",
+                  [] {
+                    return std::map<std::string, int64_t>{
+                        {"donated", g_mutations.donated},
+                        {"rebound", g_mutations.rebound},
+                        {"copied_back", g_mutations.copied_back}};
+                  })
+      .def_static("reset_mutation_stats", [] { g_mutations = MutationCounters(); });
 }
 
 }  // namespace torch_tpu::aten

@@ -8,6 +8,12 @@ use (``torch_tpu._C._Graph``), compiled once per input signature (Dynamo's
 guards decide when to recompile; ``dynamic=False`` by default) and run as one
 executable.
 
+In-place mutations of graph inputs (buffers, KV caches, optimizer state)
+stay in the graph (``keep_inference_input_mutations``): AOTAutograd ends the
+graph with ``copy_(input, new_value)``, which becomes an in-place update
+through PJRT buffer donation (the input's storage buffer is donated and takes
+the module's result), not a copy: see ``stats()["inputs_donated"]``.
+
 A graph containing an op without a rule (or that the builder cannot lower)
 runs eagerly on the device, op by op, after one warning naming the ops:
 slower, never wrong.
@@ -36,14 +42,23 @@ _stats = {"graphs": 0, "native_graphs": 0, "fallback_graphs": 0}
 
 
 def stats() -> dict[str, int]:
-    """Counts of graphs seen by the backend: all, compiled natively, fallen back."""
-    return dict(_stats)
+    """Counts of graphs seen by the backend (all, compiled natively, fallen
+    back) and of mutated graph inputs updated by compiled graphs: in place
+    through buffer donation (``inputs_donated``), in place without donation
+    because the storage was also passed as another input (``inputs_rebound``),
+    or through a dense temporary and one copy, for non-dense views
+    (``inputs_copied_back``)."""
+    out = dict(_stats)
+    for k, v in _C._Graph.mutation_stats().items():
+        out["inputs_" + k] = v
+    return out
 
 
 def reset_stats() -> None:
     """Zeroes :func:`stats`."""
     for k in _stats:
         _stats[k] = 0
+    _C._Graph.reset_mutation_stats()
 
 
 class _Unsupported(Exception):
@@ -253,7 +268,14 @@ class _Compiled:
 
     _boxed_call = True
 
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any] = ()) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any] = (),
+                 dense_from: int | None = None) -> None:
+        # Outputs from index `dense_from` on (a forward graph's tensors saved
+        # for backward) are returned dense: only the backward graph reads
+        # them, which does not depend on their strides, and writing a
+        # transposed copy of each (e.g. every weight's t()) costs more than
+        # the matmuls that use them.
+        self.dense_from = dense_from
         self.example_inputs = list(example_inputs)
         self.inputs_numbers: list[tuple[int, Any]] = []
         self._boxed_call = True  # an instance attribute: wrappers copy __dict__
@@ -276,6 +298,8 @@ class _Compiled:
         env: dict[torch.fx.Node, int] = {}
         multi: dict[torch.fx.Node, list[int]] = {}
         placeholders: dict[torch.fx.Node, int] = {}
+        input_index: dict[torch.fx.Node, int] = {}  # placeholder -> graph input
+        mutations: dict[int, int] = {}  # graph input -> id of its new value
         missing: list[str] = []
         consts: dict[torch.fx.Node, Any] = {}
         self.consts = consts
@@ -296,6 +320,7 @@ class _Compiled:
                 if not _is_tpu(val) and val.dim() != 0:
                     raise _Unsupported(f"graph input {node.name} on {val.device}")
                 self._set_device(val)
+                input_index[node] = len(self.inputs)
                 env[node] = g.add_input(val.dtype, list(val.shape))
                 placeholders[node] = pos
                 self.inputs.append(("arg", pos))
@@ -318,6 +343,13 @@ class _Compiled:
                 if not isinstance(node.target, torch._ops.OpOverload):
                     raise _Unsupported(f"call to {node.target}")
                 name = _op_name(node.target)
+                if node.target is torch.ops.aten.copy_.default and node.args[0] in placeholders:
+                    # AOTAutograd's epilogue for a mutated input: an in-place
+                    # update through donation (see Graph::SetOutputs).
+                    if missing:
+                        continue
+                    self._mutation(node, input_index, env, mutations)
+                    continue
                 if not node.target._schema.name.startswith("aten::") or node.target._schema.is_mutable:
                     missing.append(name)
                     continue
@@ -339,7 +371,7 @@ class _Compiled:
                     if not _is_tpu(o):
                         raise _Unsupported(f"{name} produces a tensor on {o.device}")
                     self._set_device(o)
-                if name == "as_strided":
+                if name in ("as_strided", "as_strided_scatter"):
                     src = node.args[0].meta.get("val")
                     if not (src.is_contiguous() and src.storage_offset() == 0):
                         raise _Unsupported("as_strided of a non-contiguous tensor")
@@ -359,7 +391,7 @@ class _Compiled:
                 if missing:
                     break
                 ids, strides = [], []
-                for item in _flat(node.args[0]):
+                for index, item in enumerate(_flat(node.args[0])):
                     if isinstance(item, torch.fx.Node):
                         if item in placeholders:
                             self.outputs.append(("input", placeholders[item]))
@@ -367,7 +399,12 @@ class _Compiled:
                             val = item.meta.get("val")
                             self.outputs.append(("graph", len(ids)))
                             ids.append(env[item])
-                            strides.append(list(val.stride()) if isinstance(val, torch.Tensor) else None)
+                            if not isinstance(val, torch.Tensor):
+                                strides.append(None)
+                            elif self.dense_from is not None and index >= self.dense_from:
+                                strides.append(_contiguous_strides(val.shape))
+                            else:
+                                strides.append(list(val.stride()))
                         else:
                             raise _Unsupported(f"graph output {item.name}")
                     elif item is None or isinstance(item, (bool, int, float)):
@@ -376,7 +413,7 @@ class _Compiled:
                         raise _Unsupported(f"graph output {item!r}")
                 if any(s is None for s in strides):
                     raise _Unsupported("non-tensor graph output")
-                g.set_outputs(ids, strides)
+                g.set_outputs(ids, strides, sorted(mutations.items()))
             else:
                 raise _Unsupported(f"{node.op} node")
         if missing:
@@ -384,6 +421,18 @@ class _Compiled:
         if self.device is None:
             self.device = torch.tpu.current_device() if hasattr(torch, "tpu") else 0
         g.compile(self.device)
+
+    def _mutation(self, node: torch.fx.Node, input_index: dict, env: dict, mutations: dict) -> None:
+        dst, src = node.args[0], node.args[1]
+        dval, sval = dst.meta.get("val"), src.meta.get("val") if isinstance(src, torch.fx.Node) else None
+        if not isinstance(sval, torch.Tensor) or src not in env:
+            raise _Unsupported(f"copy_ into graph input {dst.name} from {src!r}")
+        if not _is_tpu(dval):
+            raise _Unsupported(f"in-place update of graph input {dst.name} on {dval.device}")
+        if sval.dtype != dval.dtype or tuple(sval.shape) != tuple(dval.shape):
+            raise _Unsupported(f"copy_ into graph input {dst.name} with a dtype or shape change")
+        mutations[input_index[dst]] = env[src]
+        env[node] = env[src]  # copy_ returns the updated input
 
     def __call__(self, *call_args: Any) -> list:
         # Boxed (one list, which we may clear) or plain positional arguments.
@@ -432,14 +481,52 @@ def _fallback(gm: torch.fx.GraphModule, reason: str) -> Callable:
     )
     from torch._functorch.aot_autograd import make_boxed_func
 
-    return make_boxed_func(gm.forward)
+    # Saved-for-backward tensors come dense from compiled forward graphs (see
+    # _Compiled): give the eager graph the strides it was traced with, which
+    # matters to ops that read storage geometry (as_strided).
+    traced = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    restride = [i for i, v in enumerate(traced) if isinstance(v, torch.Tensor) and not v.is_contiguous()]
+    if not restride:
+        return make_boxed_func(gm.forward)
+
+    def forward(*args: Any) -> Any:
+        args = list(args)
+        for i in restride:
+            t, v = args[i], traced[i]
+            if isinstance(t, torch.Tensor) and t.shape == v.shape and t.stride() != v.stride():
+                args[i] = torch.empty_strided(v.shape, v.stride(), dtype=t.dtype, device=t.device).copy_(t)
+        return gm.forward(*args)
+
+    return make_boxed_func(forward)
 
 
-def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+def _contiguous_strides(shape: Sequence[int]) -> list[int]:
+    strides, n = [], 1
+    for d in reversed(list(shape)):
+        strides.append(n)
+        n *= max(int(d), 1)
+    return strides[::-1]
+
+
+def _forward_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+    """The compiler of the forward graph of a training graph pair: its outputs
+    from AOTAutograd's ``num_forward`` on are the tensors saved for backward."""
+    from torch._guards import TracingContext
+
+    ctx = TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+    num_forward = getattr(meta, "num_forward", None)
+    if num_forward is not None:
+        num_forward += len(getattr(meta, "tokens", None) or ())  # effect tokens come first
+    return _compile_graph(gm, example_inputs, num_forward)
+
+
+def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                   dense_from: int | None = None) -> Callable:
     """The forward / backward / inference compiler given to AOTAutograd."""
     _stats["graphs"] += 1
     try:
-        compiled = _Compiled(gm, example_inputs)
+        compiled = _Compiled(gm, example_inputs, dense_from)
     except _Unsupported as e:
         return _fallback(gm, str(e))
     except (RuntimeError, TypeError, ValueError, IndexError) as e:
@@ -451,6 +538,22 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> C
 _backend: Callable | None = None
 
 
+def _partition_kwargs() -> dict:
+    """AOTAutograd's min-cut partitioner (as Inductor uses): the forward graph
+    saves fewer tensors for backward and the backward graph recomputes cheap
+    ones (views, transposes of weights, elementwise ops) instead of reading
+    them (the Llama train step of benchmarks/llama_modes.py: about 10-20%
+    faster than with the default partitioner on XLA:CPU).
+    TORCH_TPU_COMPILE_PARTITION=default turns it off."""
+    import os
+
+    if os.environ.get("TORCH_TPU_COMPILE_PARTITION", "min_cut") == "default":
+        return {}
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    return {"partition_fn": min_cut_rematerialization_partition}
+
+
 def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
     """The Dynamo backend registered as "tpu"."""
     global _backend
@@ -458,10 +561,14 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: A
         from torch._dynamo.backends.common import aot_autograd
 
         _backend = aot_autograd(
-            fw_compiler=_compile_graph,
+            fw_compiler=_forward_graph,
             bw_compiler=_compile_graph,
             inference_compiler=_compile_graph,
             decompositions=decompositions(),
+            # In-place updates of inputs stay in the graph (copy_ epilogue),
+            # done through buffer donation instead of copies.
+            keep_inference_input_mutations=True,
+            **_partition_kwargs(),
         )
     if any(_is_symbolic(a) for a in example_inputs):
         return _Specializing(gm)
