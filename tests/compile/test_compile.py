@@ -19,14 +19,6 @@ import torch_tpu.compile as tpu_compile
 TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    tpu_compile.reset_stats()
-    yield
-    torch._dynamo.reset()
-
-
 def _compiles() -> int:
     """Executables built (in memory or loaded from the disk cache)."""
     s = torch_tpu.debug.stats()

@@ -19,14 +19,6 @@ import torch_tpu.compile as tpu_compile
 COPY_OPS = ("copy_", "_tpu_copy", "_copy_from", "_to_copy", "clone")
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    tpu_compile.reset_stats()
-    yield
-    torch._dynamo.reset()
-
-
 def _compiles() -> int:
     s = torch_tpu.debug.stats()
     return s["compiles"] + s.get("disk_hits", 0)
