@@ -82,8 +82,25 @@ Value ConvForward(Context& c, Value x, Value w, const Geometry& g,
   ElementType acc = AccType(x.dtype());
   if (AnyEmpty({x, w}) || TensorType{acc, out}.numel() == 0) return c.b.Splat(acc, 0, out);
   std::vector<int64_t> ones(g.n, 1);
+  // High padding that gives exactly `out`: at most g.padding (trailing padding
+  // no window reaches is dropped; same result). For the input gradient of a
+  // transposed convolution whose output_padding is >= stride (allowed when
+  // dilation > stride) it is negative: x's unreachable tail is sliced off.
+  std::vector<int64_t> hi, limit(x.shape());
+  bool crop = false;
+  for (int64_t i = 0; i < g.n; ++i) {
+    int64_t h = (out[2 + i] - 1) * g.stride[i] + Dilated(w.shape()[2 + i], g.dilation[i]) -
+                x.shape()[2 + i] - g.padding[i];
+    if (h < 0) {
+      limit[2 + i] += h;
+      crop = true;
+      h = 0;
+    }
+    hi.push_back(h);
+  }
+  if (crop) x = c.b.Slice(x, std::vector<int64_t>(x.rank(), 0), limit, std::vector<int64_t>(x.rank(), 1));
   return Conv(c, x, w, Spec("b", "f", g.n), Spec("o", "i", g.n), Spec("b", "f", g.n), out,
-              g.stride, g.padding, g.padding, ones, g.dilation, g.groups, 1);
+              g.stride, g.padding, hi, ones, g.dilation, g.groups, 1);
 }
 
 // The gradient of ConvForward with respect to x, of shape `in`: also the
