@@ -302,7 +302,28 @@ std::vector<Value> EmbeddingRenorm(Context& c, const std::vector<Arg>& a) {
   return {b.Convert(result, out.dtype)};
 }
 
+// addcmul(self, tensor1, tensor2, *, value=1) = self + value * tensor1 * tensor2
+// addcdiv(...) = self + value * tensor1 / tensor2, in ATen's order of
+// operations, 16-bit floats in float32 (opmath) as the CPU kernel.
+Rule Addc(bool div) {
+  return [div](Context& c, const std::vector<Arg>& a) -> std::vector<Value> {
+    const TensorType& out = c.outputs.at(0);
+    Builder& b = c.b;
+    if (div && !hlo::IsFloat(out.dtype))
+      throw Unsupported("addcdiv of integer tensors (PyTorch raises for them too)");
+    ElementType ct = hlo::IsFloat(out.dtype) ? ComputeType(out.dtype) : out.dtype;
+    Value self = As(b, a.at(0), ct, out.shape);
+    Value t1 = As(b, a.at(1), ct, out.shape);
+    Value t2 = As(b, a.at(2), ct, out.shape);
+    Value value = As(b, a.at(3), ct, out.shape);
+    Value term = b.Binary(div ? "divide" : "multiply", b.Binary("multiply", value, t1), t2);
+    return {b.Convert(b.Binary("add", self, term), out.dtype)};
+  };
+}
+
 const bool registered = [] {
+  Register("addcmul", Addc(false));
+  Register("addcdiv", Addc(true));
   Register("mode", Mode);
   RegisterRandom("randperm.generator_out", RandPerm);
   Register("histc", Histc);

@@ -128,6 +128,8 @@ TOLERANCES: dict[tuple[str, str], tuple[float, float]] = {
 # Regenerate from the printed table after adding rules; move a pair from
 # CORRECT to NATIVE when its rule lands.
 _NATIVE = """
+    addcdiv: bfloat16 float32
+    addcmul: bfloat16 float32 int64
     __getitem__: bfloat16 float32 int64
     _softmax_backward_data: bfloat16 float32
     abs: bfloat16 float32 int64
@@ -325,12 +327,9 @@ _NATIVE = """
 # CUDA's convention) where CPU returns bfloat16 (the normalized output matches);
 # sort / argsort bfloat16 and topk bfloat16 / int64 order equal values differently from
 # CPU (the values match, the indices of ties differ: sort's order among ties is
-# unspecified). addcmul / addcdiv go through the CPU fallback (addcmul.out: only the
-# _foreach_ forms, which AdamW uses, have rules); nll_loss / cross_entropy with spatial
+# unspecified). nll_loss / cross_entropy with spatial
 # dims fall back for nll_loss2d; integer convolutions fall back (rules are float-only).
 _CORRECT = """
-    addcdiv: bfloat16 float32
-    addcmul: bfloat16 float32 int64
     nn.functional.conv1d: int64
     nn.functional.conv2d: int64
     nn.functional.conv3d: int64

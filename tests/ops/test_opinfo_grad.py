@@ -72,6 +72,8 @@ def _tie_sums(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
 
 
 _GRAD_NATIVE = """
+    addcdiv: bfloat16 float32
+    addcmul: bfloat16 float32
     __getitem__: bfloat16 float32
     _softmax_backward_data: bfloat16 float32
     abs: bfloat16 float32
@@ -168,8 +170,6 @@ _GRAD_NATIVE = """
     zero_: bfloat16 float32
 """
 _GRAD_CORRECT = """
-    addcdiv: bfloat16 float32
-    addcmul: bfloat16 float32
     nn.functional.cross_entropy: bfloat16 float32
 """
 
