@@ -184,6 +184,23 @@ def test_index_out_of_range_raises_at_sync_not_clamped():
     torch.testing.assert_close(got.cpu(), w.cpu()[[1, 9]])
 
 
+@pytest.mark.parametrize("spatial", [False, True])
+def test_nll_loss_target_out_of_bounds_raises(spatial):
+    """A one-hot lowering would silently give 0 for a bad class; CPU raises."""
+    logits = torch.randn(2, 5, 3) if spatial else torch.randn(2, 5)
+    bad = torch.tensor([[0, 5, 1], [1, 1, 1]]) if spatial else torch.tensor([0, 5])
+    with pytest.raises((IndexError, RuntimeError)):
+        torch.nn.functional.cross_entropy(logits, bad)  # CPU raises too
+    with pytest.raises(IndexError, match="out of bounds"):
+        torch.nn.functional.cross_entropy(logits.to("tpu"), bad.to("tpu")).item()
+    # ignore_index is not out of bounds, and the device keeps working.
+    ok = bad.clone()
+    ok[bad == 5] = -100
+    torch.testing.assert_close(
+        torch.nn.functional.cross_entropy(logits.to("tpu"), ok.to("tpu")).cpu(),
+        torch.nn.functional.cross_entropy(logits, ok))
+
+
 def test_import_torch_tpu_before_torch():
     code = "import torch_tpu, torch; print(torch.ones(2, device='tpu').sum().item())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

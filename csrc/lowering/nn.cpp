@@ -19,27 +19,53 @@ Value SumAll(Builder& b, Value x) {
   return b.Reduce(x, b.Constant(x.dtype(), 0), dims, "add");
 }
 
-// For nll_loss: self [N, C] (or [C]), target [N] (or []). Returns the
-// one-hot selection [N, C] (as compute type, with class weights and the
-// ignore mask applied) and the per-sample weights [N].
+// For nll_loss: self [N, C] (or [C]), target [N] (or []); for nll_loss2d
+// (and any rank > 2): self [N, C, d1...], target [N, d1...], seen as M =
+// N*d1*... rows of C classes. Returns self as [M, C] rows (compute type), the
+// one-hot selection [M, C] (with class weights and the ignore mask applied)
+// and the per-row weights [M]. With `check`, an out-of-range target (neither
+// in [0, C) nor ignore_index) fails at the next sync, as CPU raises for it.
 struct NllTerms {
-  Value picked_weights;  // [N, C]
-  Value sample_weights;  // [N]
+  Value rows;            // [M, C]
+  Value picked_weights;  // [M, C]
+  Value sample_weights;  // [M]
   std::vector<int64_t> nc;
 };
 
-NllTerms Nll(Builder& b, const std::vector<Arg>& a, ElementType ct) {
+// x [N, C, d1...] -> [N, d1..., C] (classes last).
+std::vector<int64_t> ClassesLast(int64_t rank) {
+  std::vector<int64_t> perm{0};
+  for (int64_t d = 2; d < rank; ++d) perm.push_back(d);
+  perm.push_back(1);
+  return perm;
+}
+
+NllTerms Nll(Context& ctx, const std::vector<Arg>& a, ElementType ct, bool check) {
+  Builder& b = ctx.b;
   Value self = a.at(0).tensor, target = a.at(1).tensor;
   NllTerms t;
-  int64_t n = self.rank() == 2 ? self.shape()[0] : 1;
-  int64_t c = self.shape().back();
+  int64_t c = self.rank() >= 2 ? self.shape()[1] : self.shape()[0];
+  int64_t n = 1;
+  for (int64_t d = 0; d < self.rank(); ++d)
+    if (d != (self.rank() >= 2 ? 1 : 0)) n *= self.shape()[d];
   t.nc = {n, c};
-  if (self.rank() > 2) throw Unsupported("nll_loss over spatial dims (nll_loss2d)");
+  Value x = b.Convert(self, ct);
+  if (self.rank() > 2) x = b.Transpose(x, ClassesLast(self.rank()));
+  t.rows = b.Reshape(x, {n, c});
   Value tgt = b.Reshape(b.Convert(target, ElementType::I64), {n});
-  Value classes = b.Iota(TensorType{ElementType::I64, {n, c}}, 1);
-  Value onehot = b.Compare("EQ", classes, b.BroadcastInDim(tgt, {n, c}, {0}));
   int64_t ignore_index = a.at(4).i;
   Value keep = b.Compare("NE", tgt, b.Splat(ElementType::I64, static_cast<double>(ignore_index), {n}));
+  if (check && n > 0) {
+    Value in_range = b.Binary(
+        "and", b.Compare("GE", tgt, b.Splat(ElementType::I64, 0, {n})),
+        b.Compare("LT", tgt, b.Splat(ElementType::I64, static_cast<double>(c), {n})));
+    Value ok = b.Binary("or", in_range, b.Unary("not", keep));
+    ctx.Require(b.Reduce(ok, b.ConstantInt(ElementType::Bool, 1), {0}, "and"),
+                "nll_loss: Target is out of bounds (must be in [0, " + std::to_string(c) +
+                    ") or ignore_index)");
+  }
+  Value classes = b.Iota(TensorType{ElementType::I64, {n, c}}, 1);
+  Value onehot = b.Compare("EQ", classes, b.BroadcastInDim(tgt, {n, c}, {0}));
   Value w = a.at(2).kind == K::Tensor
                 ? b.BroadcastInDim(b.Convert(a.at(2).tensor, ct), {n, c}, {1})
                 : b.Splat(ct, 1.0, {n, c});
@@ -48,6 +74,53 @@ NllTerms Nll(Builder& b, const std::vector<Arg>& a, ElementType ct) {
   t.picked_weights = picked;
   t.sample_weights = b.Reduce(picked, b.Constant(ct, 0), {1}, "add");
   return t;
+}
+
+// nll_loss(2d)_forward(self, target, weight?, int reduction, SymInt ignore_index)
+//   -> (output, total_weight)
+std::vector<Value> NllForward(Context& c, const std::vector<Arg>& a) {
+  const TensorType& out = c.outputs.at(0);
+  ElementType ct = ComputeType(out.dtype);
+  NllTerms t = Nll(c, a, ct, true);
+  Value losses = c.b.Unary("negate", c.b.Reduce(c.b.Binary("multiply", t.rows, t.picked_weights),
+                                                 c.b.Constant(ct, 0), {1}, "add"));  // [M]
+  Value total = SumAll(c.b, t.sample_weights);
+  Value loss;
+  switch (a[3].i) {
+    case kNone: loss = c.b.Reshape(losses, out.shape); break;
+    case kSum: loss = SumAll(c.b, losses); break;
+    default: loss = c.b.Binary("divide", SumAll(c.b, losses), total); break;
+  }
+  return {c.b.Convert(loss, out.dtype),
+          c.b.Convert(c.b.Reshape(total, c.outputs.at(1).shape), c.outputs.at(1).dtype)};
+}
+
+// nll_loss(2d)_backward(grad_output, self, target, weight?, reduction,
+//   ignore_index, total_weight)
+std::vector<Value> NllBackward(Context& c, const std::vector<Arg>& a) {
+  const TensorType& out = c.outputs.at(0);
+  ElementType ct = ComputeType(out.dtype);
+  std::vector<Arg> fwd{a[1], a[2], a[3], a[4], a[5]};
+  NllTerms t = Nll(c, fwd, ct, false);
+  int64_t n = t.nc[0], cls = t.nc[1];
+  Value g = c.b.Convert(a[0].tensor, ct);
+  Value scale;
+  if (a[4].i == kNone) {
+    scale = c.b.BroadcastInDim(c.b.Reshape(g, {n}), {n, cls}, {0});
+  } else {
+    Value s = c.b.Reshape(g, {});
+    if (a[4].i == kMean) s = c.b.Binary("divide", s, c.b.Reshape(c.b.Convert(a[6].tensor, ct), {}));
+    scale = c.b.BroadcastInDim(s, {n, cls}, {});
+  }
+  Value grad = c.b.Unary("negate", c.b.Binary("multiply", t.picked_weights, scale));
+  int64_t rank = a[1].tensor.rank();
+  if (rank > 2) {  // [M, C] -> [N, d1..., C] -> [N, C, d1...]
+    std::vector<int64_t> last = ClassesLast(rank), shape, inverse(rank);
+    for (int64_t d : last) shape.push_back(out.shape[d]);
+    for (int64_t i = 0; i < rank; ++i) inverse[last[i]] = i;
+    grad = c.b.Transpose(c.b.Reshape(grad, shape), inverse);
+  }
+  return {c.b.Convert(c.b.Reshape(grad, out.shape), out.dtype)};
 }
 
 const bool registered = [] {
@@ -75,46 +148,10 @@ const bool registered = [] {
                          c.b.Binary("multiply", y, c.b.Binary("subtract", Splat(c.b, y, 1), y)));
     return std::vector<Value>{c.b.Convert(r, out.dtype)};
   });
-  // nll_loss_forward(self, target, weight?, int reduction, SymInt ignore_index)
-  //   -> (output, total_weight)
-  Register("nll_loss_forward", [](Context& c, const std::vector<Arg>& a) {
-    const TensorType& out = c.outputs.at(0);
-    ElementType ct = ComputeType(out.dtype);
-    NllTerms t = Nll(c.b, a, ct);
-    Value self = c.b.Reshape(c.b.Convert(a[0].tensor, ct), t.nc);
-    Value losses = c.b.Unary("negate", c.b.Reduce(c.b.Binary("multiply", self, t.picked_weights),
-                                                   c.b.Constant(ct, 0), {1}, "add"));  // [N]
-    Value total = SumAll(c.b, t.sample_weights);
-    Value loss;
-    switch (a[3].i) {
-      case kNone: loss = c.b.Reshape(losses, out.shape); break;
-      case kSum: loss = SumAll(c.b, losses); break;
-      default: loss = c.b.Binary("divide", SumAll(c.b, losses), total); break;
-    }
-    return std::vector<Value>{c.b.Convert(loss, out.dtype),
-                              c.b.Convert(c.b.Reshape(total, c.outputs.at(1).shape),
-                                          c.outputs.at(1).dtype)};
-  });
-  // nll_loss_backward(grad_output, self, target, weight?, reduction, ignore_index, total_weight)
-  Register("nll_loss_backward", [](Context& c, const std::vector<Arg>& a) {
-    const TensorType& out = c.outputs.at(0);
-    ElementType ct = ComputeType(out.dtype);
-    std::vector<Arg> fwd{a[1], a[2], a[3], a[4], a[5]};
-    NllTerms t = Nll(c.b, fwd, ct);
-    int64_t n = t.nc[0], cls = t.nc[1];
-    Value g = c.b.Convert(a[0].tensor, ct);
-    Value scale;
-    if (a[4].i == kNone) {
-      scale = c.b.BroadcastInDim(c.b.Reshape(g, {n}), {n, cls}, {0});
-    } else {
-      Value s = c.b.Reshape(g, {});
-      if (a[4].i == kMean)
-        s = c.b.Binary("divide", s, c.b.Reshape(c.b.Convert(a[6].tensor, ct), {}));
-      scale = c.b.BroadcastInDim(s, {n, cls}, {});
-    }
-    Value grad = c.b.Unary("negate", c.b.Binary("multiply", t.picked_weights, scale));
-    return std::vector<Value>{c.b.Convert(c.b.Reshape(grad, out.shape), out.dtype)};
-  });
+  Register("nll_loss_forward", NllForward);
+  Register("nll_loss_backward", NllBackward);
+  Register("nll_loss2d_forward", NllForward);
+  Register("nll_loss2d_backward", NllBackward);
   // mse_loss(self, target, int reduction=Mean)
   Register("mse_loss", [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = c.outputs.at(0);
