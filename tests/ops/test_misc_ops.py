@@ -332,3 +332,40 @@ def test_embedding_renorm_direct_edge_cases() -> None:
         torch.embedding_renorm_(w.clone().to("tpu"), torch.tensor([5], device="tpu"), 1.0, 2.0)
         torch_tpu.debug.stats()  # noqa: B018
         torch.tpu.synchronize()
+
+
+# ---------------------------------------------------------------- weight norm
+
+@pytest.mark.parametrize("case", ["conv_dim0", "conv_last", "linear_dim1", "old_api"])
+def test_weight_norm_native(case):
+    import warnings
+
+    from torch.nn.utils import weight_norm
+    from torch.nn.utils.parametrizations import weight_norm as param_weight_norm
+
+    def build():
+        if case == "conv_dim0":
+            return param_weight_norm(torch.nn.Conv1d(4, 6, 3, groups=2), dim=0)
+        if case == "conv_last":
+            return param_weight_norm(torch.nn.Conv1d(4, 6, 3), dim=2)
+        if case == "linear_dim1":
+            return param_weight_norm(torch.nn.Linear(5, 3), dim=1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            return weight_norm(torch.nn.Linear(5, 3))
+
+    torch.manual_seed(0)
+    cpu = build()
+    torch.manual_seed(0)
+    tpu = build().to("tpu")
+    x = torch.randn(2, 4, 7) if case.startswith("conv") else torch.randn(4, 5)
+    torch_tpu.debug.reset_stats()
+    y_tpu = tpu(x.to("tpu"))
+    y_tpu.pow(2).sum().backward()
+    torch.tpu.synchronize()
+    assert torch_tpu.debug.stats()["fallbacks"] == {}
+    y = cpu(x)
+    y.pow(2).sum().backward()
+    torch.testing.assert_close(y_tpu.detach().cpu(), y.detach(), rtol=1e-5, atol=1e-6)
+    for p, q in zip(tpu.parameters(), cpu.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-5, atol=1e-5)
