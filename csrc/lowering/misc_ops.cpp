@@ -382,7 +382,37 @@ std::vector<Value> WeightNormBackwardRule(Context& c, const std::vector<Arg>& a)
   return {b.Convert(grad_v, out.dtype), b.Convert(b.Reshape(grad_g, gout.shape), gout.dtype)};
 }
 
+// nan_to_num(self, nan?, posinf?, neginf?): NaN -> nan (0), +inf -> posinf
+// (the dtype's largest finite value), -inf -> neginf (its lowest); other
+// dtypes unchanged.
+double LargestFinite(ElementType t) {
+  switch (t) {
+    case ElementType::F16: return 65504.0;
+    case ElementType::BF16: return 3.3895313892515355e38;
+    case ElementType::F32: return 3.4028234663852886e38;
+    default: return 1.7976931348623157e308;
+  }
+}
+
+std::vector<Value> NanToNum(Context& c, const std::vector<Arg>& a) {
+  Builder& b = c.b;
+  const TensorType& out = c.outputs.at(0);
+  Value x = b.Convert(a.at(0).tensor, out.dtype);
+  if (!hlo::IsFloat(out.dtype)) return {x};
+  auto value = [&](size_t i, double fallback) {
+    return a.size() > i && a[i].kind == K::Double ? a[i].d : fallback;
+  };
+  const std::vector<int64_t>& shape = out.shape;
+  double big = LargestFinite(out.dtype);
+  Value inf = b.Splat(out.dtype, std::numeric_limits<double>::infinity(), shape);
+  Value r = b.Select(b.Compare("NE", x, x), b.Splat(out.dtype, value(1, 0.0), shape), x);
+  r = b.Select(b.Compare("EQ", x, inf), b.Splat(out.dtype, value(2, big), shape), r);
+  r = b.Select(b.Compare("EQ", x, b.Unary("negate", inf)), b.Splat(out.dtype, value(3, -big), shape), r);
+  return {r};
+}
+
 const bool registered = [] {
+  Register("nan_to_num", NanToNum);
   Register("_weight_norm_interface", WeightNormRule);
   Register("_weight_norm_interface_backward", WeightNormBackwardRule);
   Register("addcmul", Addc(false));

@@ -169,6 +169,16 @@ Rule SumRule(int dim_arg, bool mean) {
   };
 }
 
+// nansum(self, dim?, keepdim, *, dtype?): sum with NaN counted as zero.
+std::vector<Value> NanSumRule(Context& c, const std::vector<Arg>& a) {
+  Value x = Self(a);
+  ElementType ct = ComputeType(Out(c).dtype);
+  Value xf = c.b.Convert(x, ct);
+  if (hlo::IsFloat(ct))
+    xf = c.b.Select(c.b.Compare("NE", xf, xf), c.b.Splat(ct, 0, xf.shape()), xf);
+  return {Finish(c, Sum(c.b, xf, DimsArg(a, 1, x.rank())))};
+}
+
 Rule ProdRule(int dim_arg) {
   return [dim_arg](Context& c, const std::vector<Arg>& a) {
     Value x = Self(a);
@@ -391,6 +401,7 @@ const bool registered = [] {
   Register("mean", SumRule(-1, true), {"mean.dtype_out"});
   Register("mean.dim", SumRule(1, true), {"mean.out"});
   Register("prod", ProdRule(-1), {"prod.out"});
+  Register("nansum", NanSumRule);
   Register("prod.dim_int", ProdRule(1), {"prod.int_out"});
   Register("amax", ExtremeRule(1, true), {"amax.out"});
   Register("amin", ExtremeRule(1, false), {"amin.out"});
