@@ -3,7 +3,6 @@
 Each case runs on CPU and on tpu (same inputs) and compares every tensor
 result with NaNs equal; the whole module must not touch the CPU fallback.
 """
-import math
 
 import pytest
 import torch
