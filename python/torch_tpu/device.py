@@ -255,6 +255,23 @@ def current_stream(device: _DeviceLike = None) -> Stream:
     return Stream(device)
 
 
+def _record_stream(self: torch.Tensor, stream: torch.Stream) -> None:
+    """``Tensor.record_stream`` on "tpu": nothing to record.
+
+    CUDA needs it so its caching allocator does not reuse a block while
+    another stream may still use it; here each device has one in-order stream
+    and PJRT buffers are reference-counted, so a buffer is never reused early.
+    Without a kernel the op fell back to CPU, which has none either
+    (diffusers' group offloading calls it with ``record_stream=True``).
+    """
+    if stream.device.type != self.device.type:
+        raise RuntimeError(f"record_stream: stream on {stream.device}, tensor on {self.device}")
+
+
+_LIB = torch.library.Library("aten", "IMPL")
+_LIB.impl("record_stream", _record_stream, "PrivateUse1")
+
+
 def default_stream(device: _DeviceLike = None) -> Stream:
     return Stream(device)
 

@@ -5,7 +5,8 @@ Read by ``transformers.testing_utils``: ``DEVICE_NAME`` becomes
 ``BACKEND_*`` dispatch tables (``backend_manual_seed``, ``backend_empty_cache``,
 ``backend_device_count``). ``transformers.testing_utils`` imports this file
 by its bare module name, so ``run_transformers.py`` copies it into the
-directory the tests run from.
+directory the tests run from. Diffusers' ``tests/testing_utils.py`` reads the
+same names from ``DIFFUSERS_TEST_DEVICE_SPEC`` (``run_diffusers.py``).
 """
 
 import torch

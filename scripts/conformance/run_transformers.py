@@ -42,6 +42,20 @@ DEFAULT_MODELS = [
 ]
 DEFAULT_MODULES = DEFAULT_MODELS + ["generation"]
 DEVICES = ("tpu", "cpu")
+
+# Test suites this runner knows. A suite names the Hugging Face package under
+# test: its upper-cased name is the prefix of the testing_utils environment
+# variables (<PREFIX>_TEST_DEVICE, _TEST_BACKEND, _TEST_DEVICE_SPEC: the same
+# scheme in transformers and diffusers), and the checkout's src/<package> is
+# put first on PYTHONPATH. run_diffusers.py adds the "diffusers" suite.
+SUITES = {
+    "transformers": {
+        "package": "transformers",
+        "title": "Transformers",
+        "default_modules": DEFAULT_MODULES,
+        "known_failures": HERE / "known_failures.txt",
+    },
+}
 OUTCOMES = ("passed", "failed", "skipped", "errors")
 
 
@@ -110,21 +124,22 @@ def run_one(label: str, paths: list[str], device: str, args, workdir: Path) -> d
     # (upstream's conftest.py puts src/ on sys.path too, but too late for
     # anything imported while plugins load).
     pp = [str(HERE)]
-    if (src / "src" / "transformers").is_dir() and not args.installed_transformers:
+    if (src / "src" / args.package).is_dir() and not args.installed_package:
         pp.append(str(src / "src"))
     env["PYTHONPATH"] = os.pathsep.join(pp + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    for k in ("TRANSFORMERS_TEST_DEVICE", "TRANSFORMERS_TEST_BACKEND", "TRANSFORMERS_TEST_DEVICE_SPEC"):
-        env.pop(k, None)
+    pre = args.package.upper()
+    for k in ("TEST_DEVICE", "TEST_BACKEND", "TEST_DEVICE_SPEC"):
+        env.pop(f"{pre}_{k}", None)
     if device == "tpu":
-        env["TRANSFORMERS_TEST_DEVICE"] = "tpu"
-        env["TRANSFORMERS_TEST_BACKEND"] = "torch_tpu"
+        env[f"{pre}_TEST_DEVICE"] = "tpu"
+        env[f"{pre}_TEST_BACKEND"] = "torch_tpu"
         # testing_utils imports the spec by its bare module name relative to
         # the working directory (the checkout: upstream tests that re-run
         # themselves in a subprocess use paths relative to it), so main()
         # copies it into the checkout's root.
-        env["TRANSFORMERS_TEST_DEVICE_SPEC"] = SPEC_FILE.name
+        env[f"{pre}_TEST_DEVICE_SPEC"] = SPEC_FILE.name
     else:
-        env["TRANSFORMERS_TEST_DEVICE"] = "cpu"
+        env[f"{pre}_TEST_DEVICE"] = "cpu"
         env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
     if args.run_slow:
         env["RUN_SLOW"] = "1"
@@ -224,7 +239,8 @@ def summarize(runs: list[dict], known: dict[str, str]) -> dict:
     return {"modules": modules, "total": tot, "tpu_failures_of_cpu_passing": regressions}
 
 
-def write_report(path: Path, meta: dict, summary: dict, runs: list[dict]) -> tuple[Path, Path]:
+def write_report(path: Path, meta: dict, summary: dict, runs: list[dict],
+                 title: str = "Transformers") -> tuple[Path, Path]:
     base = path.with_suffix("") if path.suffix in (".md", ".json") else path
     base.parent.mkdir(parents=True, exist_ok=True)
     md, js = base.with_suffix(".md"), base.with_suffix(".json")
@@ -233,7 +249,7 @@ def write_report(path: Path, meta: dict, summary: dict, runs: list[dict]) -> tup
     def c(row, d, k):
         return str(row[d][k]) if d in row else "-"
 
-    lines = ["# Transformers conformance: tpu vs CPU", ""]
+    lines = [f"# {title} conformance: tpu vs CPU", ""]
     for k, v in meta.items():
         lines.append(f"- {k}: `{v}`")
     lines += ["", "| module | tpu passed | tpu failed | tpu skipped | tpu errors | cpu passed | cpu failed "
@@ -260,22 +276,25 @@ def write_report(path: Path, meta: dict, summary: dict, runs: list[dict]) -> tup
     return md, js
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--src", required=True, help="source checkout of the pinned Transformers release")
+def main(argv=None, suite: str = "transformers", description: str | None = None) -> int:
+    cfg = SUITES[suite]
+    pkg, title, default_modules = cfg["package"], cfg["title"], cfg["default_modules"]
+    ap = argparse.ArgumentParser(description=description or __doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--src", required=True, help=f"source checkout of the pinned {title} release")
     ap.add_argument("--report", required=True, help="report path; writes <report>.md and <report>.json")
-    ap.add_argument("--modules", nargs="+", default=DEFAULT_MODULES,
+    ap.add_argument("--modules", nargs="+", default=default_modules,
                     help="model names (tests/models/<m>/test_modeling_<m>.py), 'generation', "
-                         f"or paths inside --src (default: {' '.join(DEFAULT_MODULES)})")
+                         f"or paths inside --src (default: {' '.join(default_modules)})")
     ap.add_argument("-k", default=None, help="pytest -k expression passed to every module")
     ap.add_argument("--workers", type=int, default=1, help="module runs in parallel")
     ap.add_argument("--devices", default="tpu,cpu", help="comma list among tpu,cpu")
     ap.add_argument("--test-timeout", type=int, default=300, help="per-test timeout (pytest-timeout), s")
     ap.add_argument("--module-timeout", type=int, default=3600, help="per module-and-device process timeout, s")
     ap.add_argument("--python", default=sys.executable, help="interpreter that runs pytest")
-    ap.add_argument("--known-failures", default=str(HERE / "known_failures.txt"))
-    ap.add_argument("--installed-transformers", action="store_true",
-                    help="test the installed transformers even when the checkout has src/")
+    ap.add_argument("--known-failures", default=str(cfg["known_failures"]))
+    ap.add_argument(f"--installed-{pkg}", dest="installed_package", action="store_true",
+                    help=f"test the installed {pkg} even when the checkout has src/")
     ap.add_argument("--run-slow", action="store_true", help="set RUN_SLOW=1 (default: slow tests skipped)")
     ap.add_argument("--pytest-arg", action="append", help="extra pytest argument (repeatable)")
     ap.add_argument("--keep-workdir", action="store_true", help="keep per-run logs (printed path)")
@@ -283,12 +302,13 @@ def main(argv=None) -> int:
 
     src = Path(args.src).resolve()
     if not (src / "tests").is_dir() or not (src / "pyproject.toml").is_file():
-        ap.error(f"--src {src} is not a Transformers source checkout (needs tests/ and pyproject.toml)")
+        ap.error(f"--src {src} is not a {title} source checkout (needs tests/ and pyproject.toml)")
     devices = [d.strip() for d in args.devices.split(",") if d.strip()]
     if not devices or any(d not in DEVICES for d in devices):
         ap.error("--devices takes tpu and/or cpu")
     if args.workers < 1:
         ap.error("--workers must be >= 1")
+    args.package = pkg
     mods = resolve_modules(src, args.modules)
     args.pytest_timeout = has_module(args.python, "pytest_timeout")
     if not args.pytest_timeout:
@@ -317,15 +337,15 @@ def main(argv=None) -> int:
             r["log"] = str(logdir / lp.name)
 
     tf_version = subprocess.run(
-        [args.python, "-c", "import transformers; print(transformers.__version__, transformers.__file__)"],
+        [args.python, "-c", f"import {pkg}; print({pkg}.__version__, {pkg}.__file__)"],
         capture_output=True, text=True, cwd=workdir,
         env={**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
-             "PYTHONPATH": str(src / "src") if (src / "src").is_dir() and not args.installed_transformers
+             "PYTHONPATH": str(src / "src") if (src / "src").is_dir() and not args.installed_package
              else os.environ.get("PYTHONPATH", "")}).stdout.strip()
     meta = {
         "date": _dt.datetime.now().isoformat(timespec="seconds"),
         "src": str(src),
-        "transformers": tf_version,
+        pkg: tf_version,
         "python": args.python,
         "modules": " ".join(args.modules),
         "k": args.k or "",
@@ -335,7 +355,7 @@ def main(argv=None) -> int:
         "wall time (s)": round(time.time() - t0, 1),
     }
     summary = summarize(runs, load_known_failures(Path(args.known_failures)))
-    md, js = write_report(report_path, meta, summary, runs)
+    md, js = write_report(report_path, meta, summary, runs, title=title)
     if not args.keep_workdir:
         shutil.rmtree(workdir, ignore_errors=True)
     t = summary["total"]

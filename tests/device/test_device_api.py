@@ -216,6 +216,18 @@ def test_streams():
     assert torch.equal(y.cpu(), torch.full((8,), 4.0))
 
 
+def test_record_stream_is_native():
+    # diffusers' group offloading (record_stream=True) calls it on onloaded weights.
+    torch_tpu.debug.reset_stats()
+    x = torch.randn(4, 4).to("tpu")
+    x.record_stream(torch.tpu.current_stream())
+    x.data.record_stream(torch.Stream(device="tpu"))
+    assert torch_tpu.debug.stats()["fallbacks"].get("aten::record_stream", 0) == 0
+    assert torch.equal((x * 2).cpu(), x.cpu() * 2)
+    with pytest.raises(RuntimeError, match="record_stream"):
+        x.record_stream(torch.Stream(device="cpu"))
+
+
 def test_event_timing():
     start = torch.tpu.Event(enable_timing=True)
     end = torch.tpu.Event(enable_timing=True)
