@@ -431,6 +431,21 @@ def _as_tree(r: Any) -> Any:
     return r
 
 
+def verdict(row: dict, expectation: str | None, what: str, table: str) -> None:
+    """Fails a listed pair on any failing sample (or a fallback when it is
+    listed native); an unlisted pair xfails when a sample fails."""
+    checked = row["total"] - row["skipped"]
+    problems = list(row["failed"])
+    if expectation == "native" and row["fallback"]:
+        problems.append(f"expected native, but fell back to CPU: {sorted(row['fallback_ops'])}")
+    if expectation is None:
+        if problems:
+            pytest.xfail(f"not in {table}; {len(problems)} failing: " + problems[0][:500])
+        return
+    assert not problems, f"{what}: {checked - row['passed']} of {checked} samples fail:\n" + \
+        "\n".join(problems)
+
+
 @pytest.mark.parametrize("op,dname", _cases())
 def test_opinfo(op: Any, dname: str, opinfo_results: dict) -> None:
     dtype = DTYPES[dname]
@@ -482,14 +497,4 @@ def test_opinfo(op: Any, dname: str, opinfo_results: dict) -> None:
             continue
         row["passed"] += 1
 
-    checked = row["total"] - row["skipped"]
-    expectation = EXPECTED.get((op_id, dname))
-    problems = list(row["failed"])
-    if expectation == "native" and row["fallback"]:
-        problems.append(f"expected native, but fell back to CPU: {sorted(row['fallback_ops'])}")
-    if expectation is None:
-        if problems:
-            pytest.xfail(f"not in EXPECTED; {len(problems)} failing: " + problems[0][:500])
-        return
-    assert not problems, f"{op_id} {dname}: {checked - row['passed']} of {checked} samples fail:\n" + \
-        "\n".join(problems)
+    verdict(row, EXPECTED.get((op_id, dname)), f"{op_id} {dname}", "EXPECTED")

@@ -29,8 +29,8 @@ import torch
 import torch_tpu  # noqa: F401
 from torch.utils import _pytree as pytree
 
-from test_opinfo import (MODEL_OPS, _as_tree, _complex_sample, _fallbacks, _op_id, _parse, _random_sample,
-                         _tolerance, op_db)
+from test_opinfo import (MODEL_OPS, _as_tree, _complex_sample, _fallbacks, _op_id, _parse,
+                         _random_sample, _tolerance, op_db, verdict)
 
 MAX_GRAD_SAMPLES = int(os.environ.get("TORCH_TPU_OPINFO_GRAD_SAMPLES", "4"))
 
@@ -295,14 +295,4 @@ def test_opinfo_grad(op: Any, dname: str, opinfo_grad_results: dict) -> None:
             continue
         row["passed"] += 1
 
-    checked = row["total"] - row["skipped"]
-    expectation = GRAD_EXPECTED.get((op_id, dname))
-    problems = list(row["failed"])
-    if expectation == "native" and row["fallback"]:
-        problems.append(f"expected native, but fell back to CPU: {sorted(row['fallback_ops'])}")
-    if expectation is None:
-        if problems:
-            pytest.xfail(f"not in GRAD_EXPECTED; {len(problems)} failing: " + problems[0][:500])
-        return
-    assert not problems, f"{op_id} {dname} backward: {checked - row['passed']} of {checked} samples fail:\n" + \
-        "\n".join(problems)
+    verdict(row, GRAD_EXPECTED.get((op_id, dname)), f"{op_id} {dname} backward", "GRAD_EXPECTED")
