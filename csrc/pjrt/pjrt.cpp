@@ -342,9 +342,12 @@ std::string SingleDeviceCompileOptions(int device_id) {
 Client::Client(std::shared_ptr<const Api> api,
                const std::vector<std::pair<std::string, std::string>>& options)
     : api_(std::move(api)) {
+  // Values live inside the PJRT_NamedValue (a union), except strings, which
+  // point into `options`.
   std::vector<PJRT_NamedValue> named(options.size());
-  std::vector<int64_t> ints(options.size());
-  std::vector<float> floats(options.size());
+  auto parses = [](const std::string& text, const char* end) {
+    return !text.empty() && *end == '\0';
+  };
   for (size_t i = 0; i < options.size(); ++i) {
     const std::string& name = options[i].first;
     const std::string& text = options[i].second;
@@ -355,17 +358,19 @@ Client::Client(std::shared_ptr<const Api> api,
     v.name_size = name.size();
     v.value_size = 1;
     char* end = nullptr;
+    int64_t as_int = std::strtoll(text.c_str(), &end, 10);
+    bool is_int = parses(text, end);
+    float as_float = std::strtof(text.c_str(), &end);
+    bool is_float = parses(text, end);
     if (text == "true" || text == "false") {
       v.type = PJRT_NamedValue_kBool;
       v.bool_value = text == "true";
-    } else if (ints[i] = std::strtoll(text.c_str(), &end, 10);
-               !text.empty() && end && *end == '\0') {
+    } else if (is_int) {
       v.type = PJRT_NamedValue_kInt64;
-      v.int64_value = ints[i];
-    } else if (floats[i] = std::strtof(text.c_str(), &end);
-               !text.empty() && end && *end == '\0') {
+      v.int64_value = as_int;
+    } else if (is_float) {
       v.type = PJRT_NamedValue_kFloat;
-      v.float_value = floats[i];
+      v.float_value = as_float;
     } else {
       v.type = PJRT_NamedValue_kString;
       v.string_value = text.c_str();

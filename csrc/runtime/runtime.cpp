@@ -80,13 +80,11 @@ Runtime::Runtime(const std::string& plugin_path, int cpu_device_count)
       if (eq == std::string::npos || eq == 0)
         throw pjrt::Error("TORCH_TPU_PJRT_OPTIONS: expected name=value, got '" + item + "'");
       std::string name = item.substr(0, eq);
-      for (auto& o : options)
-        if (o.first == name) o.first.clear();
+      options.erase(std::remove_if(options.begin(), options.end(),
+                                   [&](const auto& o) { return o.first == name; }),
+                    options.end());
       options.emplace_back(name, item.substr(eq + 1));
     }
-    options.erase(std::remove_if(options.begin(), options.end(),
-                                 [](const auto& o) { return o.first.empty(); }),
-                  options.end());
   }
   client_ = std::make_unique<pjrt::Client>(api_, options);
   if (client_->devices().empty())

@@ -431,6 +431,12 @@ def _as_tree(r: Any) -> Any:
     return r
 
 
+def new_row(results: dict, key: tuple[str, str]) -> dict:
+    """The results-table row of one (op, dtype) pair (printed by conftest)."""
+    return results.setdefault(
+        key, {"passed": 0, "total": 0, "skipped": 0, "fallback": 0, "fallback_ops": set(), "failed": []})
+
+
 def verdict(row: dict, expectation: str | None, what: str, table: str) -> None:
     """Fails a listed pair on any failing sample (or a fallback when it is
     listed native); an unlisted pair xfails when a sample fails."""
@@ -450,9 +456,7 @@ def verdict(row: dict, expectation: str | None, what: str, table: str) -> None:
 def test_opinfo(op: Any, dname: str, opinfo_results: dict) -> None:
     dtype = DTYPES[dname]
     op_id = _op_id(op)
-    row = opinfo_results.setdefault(
-        (op_id, dname),
-        {"passed": 0, "total": 0, "skipped": 0, "fallback": 0, "fallback_ops": set(), "failed": []})
+    row = new_row(opinfo_results, (op_id, dname))
     torch.manual_seed(0)  # sample inputs are random: keep the sweep deterministic
     # reference_inputs = sample_inputs plus extremal values (nan, inf, -0.0) and
     # larger cases where the OpInfo defines them.

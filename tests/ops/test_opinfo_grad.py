@@ -30,7 +30,7 @@ import torch_tpu  # noqa: F401
 from torch.utils import _pytree as pytree
 
 from test_opinfo import (MODEL_OPS, _as_tree, _complex_sample, _fallbacks, _op_id, _parse,
-                         _random_sample, _tolerance, op_db, verdict)
+                         _random_sample, _tolerance, new_row, op_db, verdict)
 
 MAX_GRAD_SAMPLES = int(os.environ.get("TORCH_TPU_OPINFO_GRAD_SAMPLES", "4"))
 
@@ -236,9 +236,7 @@ def _grad_tolerance(op_id: str, dname: str, dtype: torch.dtype) -> dict[str, flo
 def test_opinfo_grad(op: Any, dname: str, opinfo_grad_results: dict) -> None:
     dtype = GRAD_DTYPES[dname]
     op_id = _op_id(op)
-    row = opinfo_grad_results.setdefault(
-        (op_id, dname),
-        {"passed": 0, "total": 0, "skipped": 0, "fallback": 0, "fallback_ops": set(), "failed": []})
+    row = new_row(opinfo_grad_results, (op_id, dname))
     torch.manual_seed(0)  # sample inputs and cotangents are random: keep the sweep deterministic
     for i, sample in enumerate(op.sample_inputs("cpu", dtype, requires_grad=True)):
         if i >= MAX_GRAD_SAMPLES:
