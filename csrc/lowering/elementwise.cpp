@@ -13,8 +13,6 @@ using K = Arg::Kind;
 using Fn1 = std::function<Value(Builder&, Value)>;
 using Fn2 = std::function<Value(Builder&, Value, Value)>;
 
-const TensorType& Out(Context& c) { return c.outputs.at(0); }
-
 // f(x) computed in ComputeType(out dtype).
 Rule UnaryRule(Fn1 f) {
   return [f](Context& c, const std::vector<Arg>& a) {

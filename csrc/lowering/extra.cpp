@@ -15,9 +15,6 @@ namespace {
 using K = Arg::Kind;
 using E = ElementType;
 
-const TensorType& Out(Context& c) { return c.outputs.at(0); }
-std::vector<Value> One(Value v) { return {v}; }
-Value Zeros(Builder& b, const TensorType& t) { return b.Splat(t.dtype, 0, t.shape); }
 Value AtLeast1d(Builder& b, Value x) { return x.rank() == 0 ? b.Reshape(x, {1}) : x; }
 
 std::vector<int64_t> Range(int64_t n) {

@@ -21,10 +21,6 @@ namespace {
 using K = Arg::Kind;
 using E = ElementType;
 
-const TensorType& Out(Context& c, size_t i = 0) { return c.outputs.at(i); }
-std::vector<Value> One(Value v) { return {v}; }
-Value Zeros(Builder& b, const TensorType& t) { return b.Splat(t.dtype, 0, t.shape); }
-
 std::vector<int64_t> Range(int64_t n) {
   std::vector<int64_t> v(n);
   std::iota(v.begin(), v.end(), 0);

@@ -14,8 +14,6 @@ namespace {
 
 using K = Arg::Kind;
 
-const TensorType& Out(Context& c) { return c.outputs.at(0); }
-
 // The type a contraction of `t` inputs accumulates (and returns) in.
 ElementType AccumulateType(ElementType t) {
   if (t == ElementType::Bool) throw Unsupported("matmul of bool tensors");

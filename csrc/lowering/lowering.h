@@ -132,6 +132,11 @@ struct Registrar {
 ElementType ResultType(const std::vector<const Arg*>& args,
                        ElementType default_float = ElementType::F32);
 ElementType PromoteTypes(ElementType a, ElementType b);
+// Shorthands every rule file uses: the i-th output's type, a one-result
+// rule's return value, zeros of a type.
+inline const TensorType& Out(Context& c, size_t i = 0) { return c.outputs.at(i); }
+inline std::vector<Value> One(Value v) { return {v}; }
+inline Value Zeros(Builder& b, const TensorType& t) { return b.Splat(t.dtype, 0, t.shape); }
 // Dtype arithmetic runs in: f32 for 16-bit floats (PyTorch's opmath).
 ElementType ComputeType(ElementType t);
 int64_t WrapDim(int64_t dim, int64_t rank);

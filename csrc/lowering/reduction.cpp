@@ -15,8 +15,6 @@ namespace {
 
 using K = Arg::Kind;
 
-const TensorType& Out(Context& c, size_t i = 0) { return c.outputs.at(i); }
-
 // The result converted to output i's dtype and reshaped to its shape.
 Value Finish(Context& c, Value v, size_t i = 0) {
   const TensorType& out = Out(c, i);

@@ -19,12 +19,6 @@ namespace {
 using K = Arg::Kind;
 using E = ElementType;
 
-const TensorType& Out(Context& c) { return c.outputs.at(0); }
-
-std::vector<Value> One(Value v) { return {v}; }
-
-Value Zeros(Builder& b, const TensorType& t) { return b.Splat(t.dtype, 0, t.shape); }
-
 // A scalar (rank-0 value of a Scalar or 0-d Tensor arg) converted and
 // broadcast to `shape`.
 Value Fill(Builder& b, Value scalar, ElementType t, const std::vector<int64_t>& shape) {

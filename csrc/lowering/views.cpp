@@ -20,9 +20,6 @@ namespace {
 using K = Arg::Kind;
 using E = ElementType;
 
-const TensorType& Out(Context& c) { return c.outputs.at(0); }
-std::vector<Value> One(Value v) { return {v}; }
-
 int64_t Numel(const std::vector<int64_t>& s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;
