@@ -742,6 +742,7 @@ py::dict Stats() {
   d["cache_size"] = GetRuntime().cache_size();
   d["disk_hits"] = s.disk_hits;
   d["disk_misses"] = s.disk_misses;
+  d["disk_prefetched"] = GetRuntime().prefetched();
   d["disk_cache_dir"] = GetRuntime().disk_cache_dir();
   return d;
 }

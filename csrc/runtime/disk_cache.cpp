@@ -60,19 +60,12 @@ std::string DiskCache::PathFor(const std::string& key) const {
   return dir_ + "/" + Hex(Fnv1a64(key)) + Hex(Fnv1a64(key, 0x9e3779b97f4a7c15ULL)) + ".xc";
 }
 
-std::optional<std::string> DiskCache::Load(const std::string& key) {
-  if (!enabled()) return std::nullopt;
-  std::string path = PathFor(key);
+std::optional<std::pair<std::string, std::string>> DiskCache::ReadEntry(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    ++misses;
-    return std::nullopt;
-  }
-  auto bad = [&](const char* why) -> std::optional<std::string> {
+  if (!in) return std::nullopt;
+  auto bad = [&](const char* why) -> std::optional<std::pair<std::string, std::string>> {
     ++corrupted;
-    ++misses;
-    if (!warned_) {
-      warned_ = true;
+    if (!warned_.exchange(true)) {
       std::cerr << "torch_tpu: ignoring a damaged compilation cache entry (" << why << "): "
                 << path << " (it is removed and recompiled; further ones are not reported)\n";
     }
@@ -89,13 +82,19 @@ std::optional<std::string> DiskCache::Load(const std::string& key) {
       !in.read(payload.data(), static_cast<std::streamsize>(h.payload_size)))
     return bad("truncated");
   if (Fnv1a64(payload, Fnv1a64(stored_key)) != h.checksum) return bad("checksum mismatch");
-  if (stored_key != key) {  // a hash collision: not ours
+  utime(path.c_str(), nullptr);  // LRU: mark as recently used
+  return std::make_pair(std::move(stored_key), std::move(payload));
+}
+
+std::optional<std::string> DiskCache::Load(const std::string& key) {
+  if (!enabled()) return std::nullopt;
+  auto entry = ReadEntry(PathFor(key));
+  if (!entry || entry->first != key) {  // absent, damaged, or a hash collision
     ++misses;
     return std::nullopt;
   }
   ++hits;
-  utime(path.c_str(), nullptr);  // LRU: mark as recently used
-  return payload;
+  return std::move(entry->second);
 }
 
 void DiskCache::Store(const std::string& key, const std::string& payload) {
@@ -156,6 +155,34 @@ void DiskCache::Evict() {
     fs::remove(e.path, ec);
     total -= e.size;
   }
+}
+
+std::string ManifestRecord(const std::string& key, const std::string& file) {
+  return file + " " + std::to_string(key.size()) + "\n" + key + "\n";
+}
+
+std::vector<std::pair<std::string, std::string>> ReadManifest(const std::string& path) {
+  std::vector<std::pair<std::string, std::string>> records;
+  std::ifstream in(path, std::ios::binary);
+  std::string line;
+  while (std::getline(in, line)) {
+    size_t space = line.find(' ');
+    if (space == std::string::npos || space == 0) break;
+    uint64_t size = 0;
+    try {
+      size = std::stoull(line.substr(space + 1));
+    } catch (const std::exception&) {
+      break;
+    }
+    if (size > (1ULL << 20)) break;
+    std::string key(size, '\0');
+    char newline = 0;
+    if (!in.read(key.data(), static_cast<std::streamsize>(size)) || !in.get(newline) ||
+        newline != '\n')
+      break;
+    records.emplace_back(std::move(key), line.substr(0, space));
+  }
+  return records;
 }
 
 }  // namespace torch_tpu::runtime

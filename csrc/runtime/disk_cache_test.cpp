@@ -67,5 +67,36 @@ TEST(DiskCache, EmptyDirDisables) {
   EXPECT_FALSE(cache.Load("k").has_value());
 }
 
+TEST(DiskCache, ManifestRoundTripAndTruncatedTail) {
+  std::string dir = TempDir("manifest");
+  fs::create_directories(dir);
+  std::string path = dir + "/m.list";
+  std::string odd = "0|add.Tensor|with space\nand newline|end";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << ManifestRecord("0|zeros|f32|1", "aa.xc") << ManifestRecord(odd, "bb.xc")
+        << ManifestRecord("1|mul|f32", "cc.xc").substr(0, 12);  // a killed writer's tail
+  }
+  auto records = ReadManifest(path);
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0].first, "0|zeros|f32|1");
+  EXPECT_EQ(records[0].second, "aa.xc");
+  EXPECT_EQ(records[1].first, odd);
+  EXPECT_EQ(records[1].second, "bb.xc");
+  EXPECT_TRUE(ReadManifest(dir + "/missing.list").empty());
+}
+
+TEST(DiskCache, ReadEntryByPath) {
+  std::string dir = TempDir("read_entry");
+  DiskCache cache(dir, 1 << 20);
+  cache.Store("the key", "the payload");
+  auto entry = cache.ReadEntry(cache.PathFor("the key"));
+  ASSERT_TRUE(entry.has_value());
+  EXPECT_EQ(entry->first, "the key");
+  EXPECT_EQ(entry->second, "the payload");
+  EXPECT_FALSE(cache.ReadEntry(cache.PathFor("other")).has_value());
+  EXPECT_EQ(cache.corrupted, 0);
+}
+
 }  // namespace
 }  // namespace torch_tpu::runtime

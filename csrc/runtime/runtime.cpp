@@ -1,11 +1,19 @@
 #include "runtime/runtime.h"
 
-#include <chrono>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <sstream>
+#include <thread>
 
 namespace torch_tpu::runtime {
 
@@ -112,6 +120,7 @@ Runtime::Runtime(const std::string& plugin_path, int cpu_device_count)
       disk_key_prefix_ += "\n" + name + "=" + value;
   const char* blocking = std::getenv("TORCH_TPU_LAUNCH_BLOCKING");
   launch_blocking_ = blocking && std::string(blocking) == "1";
+  StartPrefetch();
 }
 
 std::string Runtime::platform() const {
@@ -124,10 +133,30 @@ std::string Runtime::platform() const {
 pjrt::ExecutablePtr Runtime::GetOrCompile(const std::string& key, int device,
                                           const std::function<std::string()>& build) {
   std::string full_key = std::to_string(device) + "|" + key;
-  auto it = cache_.find(full_key);
-  if (it != cache_.end()) {
-    ++stats_.cache_hits;
-    return it->second;
+  std::string claimed;  // an entry file the prefetcher has not reached yet
+  {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    auto it = cache_.find(full_key);
+    if (it != cache_.end()) {
+      if (prefetched_unused_.erase(full_key)) {
+        ++stats_.disk_hits;
+      } else {
+        ++stats_.cache_hits;
+      }
+      return it->second;
+    }
+    auto p = prefetch_pending_.find(full_key);
+    if (p != prefetch_pending_.end()) {
+      claimed = std::move(p->second);
+      prefetch_pending_.erase(p);
+    }
+  }
+  if (!claimed.empty()) {
+    if (auto exe = LoadPrefetchEntry(full_key, claimed)) {
+      std::lock_guard<std::mutex> lock(cache_mu_);
+      ++stats_.disk_hits;
+      return cache_.emplace(full_key, exe).first->second;
+    }
   }
   std::string text = build();
   std::string disk_key;
@@ -138,9 +167,10 @@ pjrt::ExecutablePtr Runtime::GetOrCompile(const std::string& key, int device,
     if (auto bytes = disk_->Load(disk_key)) {
       try {
         auto exe = client_->Deserialize(*bytes);
+        RecordInManifest(full_key, disk_key);
+        std::lock_guard<std::mutex> lock(cache_mu_);
         ++stats_.disk_hits;
-        cache_.emplace(full_key, exe);
-        return exe;
+        return cache_.emplace(full_key, exe).first->second;
       } catch (const pjrt::Error&) {
         // Unloadable (e.g. written by another plugin build): recompile.
       }
@@ -161,15 +191,185 @@ pjrt::ExecutablePtr Runtime::GetOrCompile(const std::string& key, int device,
   stats_.compile_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ++stats_.compiles;
-  cache_.emplace(full_key, exe);
+  {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    cache_.emplace(full_key, exe);
+  }
   if (disk_->enabled()) {
     try {
       disk_->Store(disk_key, exe->Serialize());
+      RecordInManifest(full_key, disk_key);
     } catch (const pjrt::Error&) {
       // Plugins that cannot serialize just do without the disk tier.
     }
   }
   return exe;
+}
+
+// Warm start. Loading an executable from the disk cache costs a good part of
+// compiling it (XLA:CPU links the object code again), and a program needs
+// hundreds (every eager op signature). So each program (same command line,
+// same torch_tpu build, same plugin) keeps a manifest of the executables it
+// used, and the next run of it loads them on a background thread from the
+// moment the runtime starts, while the main thread is still importing
+// Python packages. The main thread takes an executable from the prefetcher's
+// results when it is there, loads a not-yet-reached one itself (skipping the
+// lowering), and never waits for the thread. TORCH_TPU_CACHE_PREFETCH=0
+// turns it off. Entries are checked like every disk entry (checksum,
+// plugin identity, compile options); the manifest name carries the build
+// identity, so a rebuilt torch_tpu starts a new manifest.
+namespace {
+constexpr size_t kManifestMaxRecords = 2048;
+constexpr size_t kManifestMaxKey = 4096;
+
+void BuildIdAnchor() {}
+
+// Path, size and modification time of the library holding this code.
+std::string BuildIdentity() {
+  Dl_info info;
+  if (!dladdr(reinterpret_cast<void*>(&BuildIdAnchor), &info) || !info.dli_fname) return "";
+  struct stat st;
+  if (stat(info.dli_fname, &st) != 0) return "";
+  return std::string(info.dli_fname) + ":" + std::to_string(st.st_size) + ":" +
+         std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+}
+
+std::string CommandLine() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void StopPrefetchAtExit() {
+  if (Runtime::IsInitialized()) Runtime::Get().StopPrefetch();
+}
+}  // namespace
+
+void Runtime::StartPrefetch() {
+  if (!disk_->enabled()) return;
+  if (const char* env = std::getenv("TORCH_TPU_CACHE_PREFETCH"); env && std::string(env) == "0")
+    return;
+  std::string build = BuildIdentity(), cmdline = CommandLine();
+  if (build.empty() || cmdline.empty()) return;
+  char name[64];
+  std::snprintf(name, sizeof(name), "%016llx%016llx.list",
+                static_cast<unsigned long long>(Fnv1a64(cmdline + "\n" + build, Fnv1a64(disk_key_prefix_))),
+                static_cast<unsigned long long>(Fnv1a64(cmdline, Fnv1a64(build))));
+  std::string dir = disk_->dir() + "/prefetch";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return;
+  manifest_path_ = dir + "/" + name;
+  for (auto& [key, file] : ReadManifest(manifest_path_)) {
+    if (!manifest_keys_.insert(key).second) continue;
+    prefetch_order_.push_back(key);
+    prefetch_pending_.emplace(std::move(key), std::move(file));
+  }
+  if (prefetch_order_.empty()) return;
+  static bool hooks = [] {
+    pthread_atfork([] { AtFork(0); }, [] { AtFork(1); }, [] { AtFork(2); });
+    std::atexit(StopPrefetchAtExit);
+    return true;
+  }();
+  (void)hooks;
+  prefetch_running_ = true;
+  std::thread([this] { PrefetchLoop(); }).detach();
+}
+
+void Runtime::PrefetchLoop() {
+  for (;;) {
+    std::string key, file;
+    {
+      std::lock_guard<std::mutex> lock(cache_mu_);
+      while (!prefetch_stop_ && prefetch_next_ < prefetch_order_.size()) {
+        auto it = prefetch_pending_.find(prefetch_order_[prefetch_next_++]);
+        if (it == prefetch_pending_.end()) continue;  // claimed by the main thread
+        key = it->first;
+        file = std::move(it->second);
+        prefetch_pending_.erase(it);
+        break;
+      }
+      if (key.empty()) {
+        prefetch_running_ = false;
+        prefetch_order_.clear();
+        prefetch_done_.notify_all();
+        return;
+      }
+    }
+    auto exe = LoadPrefetchEntry(key, file);
+    if (!exe) continue;
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    if (cache_.emplace(key, exe).second) {
+      prefetched_unused_.insert(key);
+      ++prefetched_;
+    }
+  }
+}
+
+pjrt::ExecutablePtr Runtime::LoadPrefetchEntry(const std::string& key, const std::string& file) {
+  // The key starts with the device index; the entry must have been compiled
+  // for that device by this plugin.
+  size_t bar = key.find('|');
+  int device = -1;
+  try {
+    device = std::stoi(key.substr(0, bar));
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+  if (bar == std::string::npos || device < 0 || device >= device_count()) return nullptr;
+  if (file.find('/') != std::string::npos) return nullptr;
+  auto entry = disk_->ReadEntry(disk_->dir() + "/" + file);
+  if (!entry) return nullptr;
+  std::string expect = disk_key_prefix_ + "\noptions=" +
+                       pjrt::SingleDeviceCompileOptions(client_->devices().at(device).id) +
+                       "\nmodule=";
+  if (entry->first.compare(0, expect.size(), expect) != 0) return nullptr;
+  try {
+    return client_->Deserialize(entry->second);
+  } catch (const pjrt::Error&) {
+    return nullptr;
+  }
+}
+
+void Runtime::RecordInManifest(const std::string& key, const std::string& disk_key) {
+  if (manifest_path_.empty() || key.size() > kManifestMaxKey) return;
+  {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    if (manifest_keys_.size() >= kManifestMaxRecords || !manifest_keys_.insert(key).second)
+      return;
+  }
+  std::string file = std::filesystem::path(disk_->PathFor(disk_key)).filename().string();
+  std::string record = ManifestRecord(key, file);
+  // One append per record (O_APPEND): concurrent runs of the same program
+  // interleave whole records.
+  if (FILE* f = std::fopen(manifest_path_.c_str(), "ab")) {
+    std::fwrite(record.data(), 1, record.size(), f);
+    std::fclose(f);
+  }
+}
+
+void Runtime::StopPrefetch() {
+  std::unique_lock<std::mutex> lock(cache_mu_);
+  prefetch_stop_ = true;
+  prefetch_done_.wait_for(lock, std::chrono::seconds(5), [this] { return !prefetch_running_; });
+}
+
+// fork() while the prefetcher runs: the child has no such thread, so it
+// forgets the pending work; the mutex is held across fork so that neither
+// side inherits it locked by a thread that does not exist.
+void Runtime::AtFork(int phase) {
+  if (!IsInitialized()) return;
+  Runtime& rt = Get();
+  if (phase == 0) {
+    rt.cache_mu_.lock();
+    return;
+  }
+  if (phase == 2) {
+    rt.prefetch_running_ = false;
+    rt.prefetch_stop_ = true;
+    rt.prefetch_pending_.clear();
+    rt.prefetch_order_.clear();
+  }
+  rt.cache_mu_.unlock();
 }
 
 std::vector<pjrt::BufferPtr> Runtime::Execute(const pjrt::Executable& exe,

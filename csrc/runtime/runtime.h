@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
@@ -11,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "hlo/builder.h"
@@ -104,22 +106,52 @@ class Runtime {
   void CheckAssertions();
 
   Stats& stats() { return stats_; }
-  void ResetStats() { stats_ = Stats(); }
+  void ResetStats() {
+    stats_ = Stats();
+    prefetched_ = 0;
+  }
   MemoryCounters& memory(int device) { return memory_.at(device); }
   bool launch_blocking() const { return launch_blocking_; }
   void set_launch_blocking(bool v) { launch_blocking_ = v; }
-  size_t cache_size() const { return cache_.size(); }
+  size_t cache_size() const {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    return cache_.size();
+  }
   const std::string& disk_cache_dir() const { return disk_->dir(); }
-  void ClearCache() { cache_.clear(); }
+  void ClearCache() {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    cache_.clear();
+  }
+  // Executables the background prefetcher loaded from the disk cache.
+  int64_t prefetched() const { return prefetched_; }
+  // Stops the prefetcher and waits for it (process exit, tests).
+  void StopPrefetch();
 
  private:
   Runtime(const std::string& plugin_path, int cpu_device_count);
   pjrt::BufferPtr CachedScalar(const void* data, size_t nbytes, hlo::ElementType t, int device);
+  // Warm start: see the comment at StartPrefetch in runtime.cpp.
+  void StartPrefetch();
+  void PrefetchLoop();
+  pjrt::ExecutablePtr LoadPrefetchEntry(const std::string& key, const std::string& file);
+  void RecordInManifest(const std::string& key, const std::string& disk_key);
+  static void AtFork(int phase);
   std::string plugin_path_;
   std::unordered_map<std::string, pjrt::BufferPtr> scalars_;
   std::shared_ptr<const pjrt::Api> api_;
   std::unique_ptr<pjrt::Client> client_;
+  mutable std::mutex cache_mu_;  // cache_ and the prefetch state below
   std::unordered_map<std::string, pjrt::ExecutablePtr> cache_;
+  std::unordered_map<std::string, std::string> prefetch_pending_;  // key -> entry file
+  std::vector<std::string> prefetch_order_;
+  size_t prefetch_next_ = 0;
+  std::unordered_set<std::string> prefetched_unused_;  // loaded, not yet looked up
+  std::unordered_set<std::string> manifest_keys_;
+  std::string manifest_path_;
+  bool prefetch_running_ = false;
+  bool prefetch_stop_ = false;
+  std::condition_variable prefetch_done_;
+  std::atomic<int64_t> prefetched_{0};
   std::vector<std::weak_ptr<pjrt::Buffer>> pending_;
   std::vector<std::pair<pjrt::BufferPtr, std::string>> assertions_;
   std::vector<MemoryCounters> memory_;
