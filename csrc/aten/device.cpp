@@ -81,6 +81,8 @@ hlo::ElementType ToElementType(at::ScalarType t, const char* op) {
     case at::kBFloat16: return E::BF16;
     case at::kFloat: return E::F32;
     case at::kDouble: return E::F64;
+    case at::kFloat8_e4m3fn: return E::F8E4M3FN;
+    case at::kFloat8_e5m2: return E::F8E5M2;
     default:
       throw lowering::Unsupported(std::string(op) + ": dtype " + c10::toString(t) +
                                   " has no native tpu representation");
@@ -103,6 +105,8 @@ at::ScalarType ToScalarType(hlo::ElementType t) {
     case E::BF16: return at::kBFloat16;
     case E::F32: return at::kFloat;
     case E::F64: return at::kDouble;
+    case E::F8E4M3FN: return at::kFloat8_e4m3fn;
+    case E::F8E5M2: return at::kFloat8_e5m2;
   }
   return at::kFloat;
 }

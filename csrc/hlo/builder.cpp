@@ -26,13 +26,16 @@ const char* Name(ElementType t) {
     case ElementType::BF16: return "bf16";
     case ElementType::F32: return "f32";
     case ElementType::F64: return "f64";
+    case ElementType::F8E4M3FN: return "f8E4M3FN";
+    case ElementType::F8E5M2: return "f8E5M2";
   }
   return "?";
 }
 
 int ByteSize(ElementType t) {
   switch (t) {
-    case ElementType::Bool: case ElementType::I8: case ElementType::U8: return 1;
+    case ElementType::Bool: case ElementType::I8: case ElementType::U8:
+    case ElementType::F8E4M3FN: case ElementType::F8E5M2: return 1;
     case ElementType::I16: case ElementType::U16: case ElementType::F16:
     case ElementType::BF16: return 2;
     case ElementType::I32: case ElementType::U32: case ElementType::F32: return 4;
@@ -43,7 +46,8 @@ int ByteSize(ElementType t) {
 
 bool IsFloat(ElementType t) {
   return t == ElementType::F16 || t == ElementType::BF16 ||
-         t == ElementType::F32 || t == ElementType::F64;
+         t == ElementType::F32 || t == ElementType::F64 || t == ElementType::F8E4M3FN ||
+         t == ElementType::F8E5M2;
 }
 bool IsSigned(ElementType t) {
   return t == ElementType::I8 || t == ElementType::I16 || t == ElementType::I32 ||
@@ -130,6 +134,32 @@ std::string Hex(uint64_t bits, int bytes) {
   return buf;
 }
 
+// Bits of the float8 value nearest to v (ties to even), like PyTorch's
+// conversions: E4M3FN has no infinities and saturates (inf too) to +-448;
+// E5M2 overflows to inf. Found by search over the 128 magnitudes.
+uint64_t ToFloat8Bits(double v, bool e4m3fn) {
+  const int man_bits = e4m3fn ? 3 : 2, bias = e4m3fn ? 7 : 15;
+  const uint64_t sign = std::signbit(v) ? 0x80 : 0;
+  const uint64_t nan = e4m3fn ? 0x7F : 0x7E;
+  if (std::isnan(v)) return sign | nan;
+  auto decode = [&](int code) {  // magnitude of code (0..127); NaN/inf codes excluded below
+    int e = code >> man_bits, m = code & ((1 << man_bits) - 1);
+    return e == 0 ? std::ldexp(m, 1 - bias - man_bits)
+                  : std::ldexp((1 << man_bits) + m, e - bias - man_bits);
+  };
+  const int max_code = e4m3fn ? 0x7E : 0x7B;  // largest finite magnitude
+  double a = std::fabs(v);
+  double max = decode(max_code);
+  double half_ulp = (max - decode(max_code - 1)) / 2;
+  if (a >= max + half_ulp) return sign | (e4m3fn ? max_code : 0x7C);  // E4M3FN saturates
+  int best = 0;
+  for (int c = 1; c <= max_code; ++c) {
+    double d = std::fabs(decode(c) - a), b = std::fabs(decode(best) - a);
+    if (d < b || (d == b && (c & 1) == 0)) best = c;
+  }
+  return sign | static_cast<uint64_t>(best);
+}
+
 // The dense<...> literal of one scalar of type t.
 std::string ScalarLiteral(ElementType t, double v) {
   switch (t) {
@@ -142,6 +172,8 @@ std::string ScalarLiteral(ElementType t, double v) {
     case ElementType::F32: return Hex(FloatBits(static_cast<float>(v)), 4);
     case ElementType::BF16: return Hex(ToBFloat16Bits(static_cast<float>(v)), 2);
     case ElementType::F16: return Hex(ToHalfBits(static_cast<float>(v)), 2);
+    case ElementType::F8E4M3FN: return Hex(ToFloat8Bits(v, true), 1);
+    case ElementType::F8E5M2: return Hex(ToFloat8Bits(v, false), 1);
     default:
       return std::to_string(static_cast<int64_t>(v));
   }
@@ -318,6 +350,7 @@ Value Builder::MinValue(ElementType t) {
     case ElementType::I64: return ConstantInt(t, INT64_MIN);
     case ElementType::U8: case ElementType::U16: case ElementType::U32:
     case ElementType::U64: return ConstantInt(t, 0);
+    case ElementType::F8E4M3FN: return Constant(t, -448.0);  // no -inf
     default: return Constant(t, -std::numeric_limits<double>::infinity());
   }
 }
@@ -333,6 +366,7 @@ Value Builder::MaxValue(ElementType t) {
     case ElementType::U16: return ConstantInt(t, UINT16_MAX);
     case ElementType::U32: return ConstantInt(t, UINT32_MAX);
     case ElementType::U64: return ConstantBits(t, UINT64_MAX);
+    case ElementType::F8E4M3FN: return Constant(t, 448.0);  // no inf
     default: return Constant(t, std::numeric_limits<double>::infinity());
   }
 }
@@ -368,6 +402,13 @@ Value Builder::Convert(Value x, ElementType t) {
   if (t == ElementType::Bool) {  // nonzero -> true (convert would truncate)
     Value zero = BroadcastInDim(ConstantInt(x.dtype(), 0), x.shape(), {});
     return Compare("NE", x, zero);
+  }
+  if (t == ElementType::F8E4M3FN && x.dtype() != ElementType::F8E5M2) {
+    // PyTorch saturates to +-448 (inf too) where XLA's convert gives NaN;
+    // NaN stays NaN (clamp propagates it).
+    Value lo = BroadcastInDim(Constant(x.dtype(), -448.0), x.shape(), {});
+    Value hi = BroadcastInDim(Constant(x.dtype(), 448.0), x.shape(), {});
+    x = Op1("stablehlo.clamp", {lo, x, hi}, x.type);
   }
   return Op1("stablehlo.convert", {x}, TensorType{t, x.shape()});
 }

@@ -67,6 +67,25 @@ TEST(Hlo, GoldenConstantsAreBitExact) {
   TestClient().Compile(text, 0);
 }
 
+TEST(Hlo, Float8ConstantsRoundLikePyTorch) {
+  Builder b;
+  std::vector<Value> vals = {
+      b.Constant(ElementType::F8E4M3FN, 1.0),     // 0x38
+      b.Constant(ElementType::F8E4M3FN, -0.3),    // nearest: -0.3125 = 0xAA
+      b.Constant(ElementType::F8E4M3FN, 1e6),     // saturates to 448 = 0x7E
+      b.Constant(ElementType::F8E4M3FN, 1.0625),  // tie between 1 and 1.125: even, 0x38
+      b.Constant(ElementType::F8E5M2, 1.0),       // 0x3C
+      b.Constant(ElementType::F8E5M2, 1e6),       // overflows to inf = 0x7C
+  };
+  b.Return(vals);
+  std::string text = b.ToText();
+  for (const char* lit : {"dense<0x38> : tensor<f8E4M3FN>", "dense<0xAA> : tensor<f8E4M3FN>",
+                          "dense<0x7E> : tensor<f8E4M3FN>", "dense<0x3C> : tensor<f8E5M2>",
+                          "dense<0x7C> : tensor<f8E5M2>"})
+    EXPECT_NE(text.find(lit), std::string::npos) << lit << "\n" << text;
+  TestClient().Compile(text, 0);
+}
+
 TEST(Hlo, ReduceBroadcastDotCompileAndRun) {
   Builder b;
   Value x = b.Parameter(TensorType{ElementType::F32, {2, 3}});

@@ -36,6 +36,8 @@ inline pjrt::BufferType ToPjrt(ElementType t) {
     case ElementType::BF16: return B::BF16;
     case ElementType::F32: return B::F32;
     case ElementType::F64: return B::F64;
+    case ElementType::F8E4M3FN: return B::F8E4M3FN;
+    case ElementType::F8E5M2: return B::F8E5M2;
   }
   return B::Invalid;
 }

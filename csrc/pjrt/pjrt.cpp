@@ -13,6 +13,8 @@ namespace torch_tpu::pjrt {
 
 static_assert(static_cast<int>(BufferType::F32) == PJRT_Buffer_Type_F32);
 static_assert(static_cast<int>(BufferType::BF16) == PJRT_Buffer_Type_BF16);
+static_assert(static_cast<int>(BufferType::F8E5M2) == PJRT_Buffer_Type_F8E5M2);
+static_assert(static_cast<int>(BufferType::F8E4M3FN) == PJRT_Buffer_Type_F8E4M3FN);
 static_assert(static_cast<int>(BufferType::Pred) == PJRT_Buffer_Type_PRED);
 static_assert(static_cast<int>(BufferType::C128) == PJRT_Buffer_Type_C128);
 

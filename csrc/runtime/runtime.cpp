@@ -43,6 +43,8 @@ pjrt::BufferType ToPjrt(hlo::ElementType t) {
     case E::BF16: return B::BF16;
     case E::F32: return B::F32;
     case E::F64: return B::F64;
+    case E::F8E4M3FN: return B::F8E4M3FN;
+    case E::F8E5M2: return B::F8E5M2;
   }
   return B::Invalid;
 }
