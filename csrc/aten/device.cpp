@@ -12,6 +12,7 @@
 #include <ATen/ops/set_native.h>
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_native.h>
+#include <c10/core/impl/alloc_cpu.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/Event.h>
@@ -22,7 +23,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <typeinfo>
+#include <unordered_set>
 
 #include "aten/tpu.h"
 
@@ -372,6 +375,45 @@ std::pair<uint64_t, uint64_t> NextRngState(const std::optional<at::Generator>& g
 
 namespace {
 
+// "Pinned" host memory: ordinary host memory (PJRT copies from any host
+// buffer), remembered so that is_pinned() is true for what pin_memory() and
+// empty(..., pin_memory=True) return. DDP's reducer asserts it
+// (find_unused_parameters=True stages its used-parameter map through it).
+// Leaked on purpose: tensors may be freed during static destruction.
+std::mutex& g_pinned_mutex = *new std::mutex;
+std::unordered_set<const void*>& g_pinned = *new std::unordered_set<const void*>;
+
+void FreePinned(void* p) {
+  {
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    g_pinned.erase(p);
+  }
+  c10::free_cpu(p);
+}
+
+class PinnedAllocator final : public at::Allocator {
+ public:
+  at::DataPtr allocate(size_t nbytes) override {
+    void* p = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
+    if (p) {
+      std::lock_guard<std::mutex> lock(g_pinned_mutex);
+      g_pinned.insert(p);
+    }
+    return {p, p, &FreePinned, at::Device(at::kCPU)};
+  }
+  at::DeleterFnPtr raw_deleter() const override { return &FreePinned; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+PinnedAllocator g_pinned_allocator;
+
+bool IsPinned(const void* p) {
+  std::lock_guard<std::mutex> lock(g_pinned_mutex);
+  return g_pinned.count(p) > 0;
+}
+
 struct TpuHooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override {
@@ -407,8 +449,8 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
   at::Device getDeviceFromPtr(void*) const override {
     return at::Device(c10::DeviceType::PrivateUse1, CurrentDevice());
   }
-  bool isPinnedPtr(const void*) const override { return false; }
-  at::Allocator* getPinnedMemoryAllocator() const override { return at::getCPUAllocator(); }
+  bool isPinnedPtr(const void* p) const override { return IsPinned(p); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned_allocator; }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override;
 };
 
@@ -756,6 +798,7 @@ py::dict Stats() {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_tpu native core";
   torch_tpu::aten::RegisterGraphBindings(m.ptr());
+  torch_tpu::aten::RegisterDistributedBindings(m.ptr());
   m.def("_register", &torch_tpu::aten::RegisterDevice);
   m.def("_configure", &torch_tpu::aten::ConfigurePlugin);
   m.def("_is_initialized", &torch_tpu::runtime::Runtime::IsInitialized);
@@ -764,6 +807,18 @@ PYBIND11_MODULE(_C, m) {
   m.def("_plugin_path", [] { return GetRuntime().plugin_path(); });
   m.def("_platform_version", [] { return GetRuntime().client().platform_version(); });
   m.def("_device_kind", [](int d) { return GetRuntime().client().devices().at(d).kind; });
+  // Index of the PJRT device holding a tpu tensor's buffer (-1: no buffer yet).
+  m.def("_buffer_device", [](const at::Tensor& t) {
+    TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1, "_buffer_device: not a tpu tensor");
+    torch_tpu::aten::FlushPending();
+    auto* s = torch_tpu::aten::StorageOf(t);
+    if (!s->buffer) return -1;
+    PJRT_Device* d = s->buffer->device();
+    const auto& devices = GetRuntime().client().devices();
+    for (size_t i = 0; i < devices.size(); ++i)
+      if (devices[i].device == d) return static_cast<int>(i);
+    return -2;
+  });
   m.def("_api_version", [] {
     const auto& api = GetRuntime().client().api();
     return py::make_tuple(api.major_version(), api.minor_version());

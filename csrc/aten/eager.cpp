@@ -602,6 +602,10 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
       q.dtype = ElementType::F32;
   plan.key += plan.any_f64 ? "|f64" : "|f32";
 
+  // Executables are compiled for one device: the same op on another device
+  // is another entry (device 0 keeps the plain key).
+  if (plan.device != 0) plan.key += "|@" + std::to_string(plan.device);
+
   // Output specs: cached with the executable (meta only runs on a miss).
   auto& cache = Compiled_();
   auto hit = cache.find(plan.key);

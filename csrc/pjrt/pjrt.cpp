@@ -214,6 +214,13 @@ void Buffer::ToHost(void* dst, size_t dst_size) const {
   Event(api_, a.event).Await();
 }
 
+PJRT_Device* Buffer::device() const {
+  Args<PJRT_Buffer_Device_Args> a;
+  a.buffer = buffer_;
+  api_->Check(api_->raw()->PJRT_Buffer_Device(&a), "PJRT_Buffer_Device");
+  return a.device;
+}
+
 BufferPtr Buffer::CopyToDevice(PJRT_Device* device) const {
   Args<PJRT_Buffer_CopyToDevice_Args> a;
   a.buffer = buffer_;

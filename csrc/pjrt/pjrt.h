@@ -73,6 +73,8 @@ class Buffer {
   // Copies the whole buffer into dst (dst_size bytes, dense row-major).
   void ToHost(void* dst, size_t dst_size) const;
   std::shared_ptr<Buffer> CopyToDevice(PJRT_Device* device) const;
+  // The device the buffer lives on.
+  PJRT_Device* device() const;
 
  private:
   const Api* api_;

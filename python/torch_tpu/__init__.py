@@ -85,6 +85,11 @@ _setup()
 from . import debug  # noqa: E402
 from . import compile  # noqa: E402,F401  (torch.compile backend "tpu", registered lazily)
 from . import hf as _hf  # noqa: E402,F401  (Hugging Face import hooks; imports no HF library)
+from . import distributed as _distributed  # noqa: E402
+
+# torch.distributed on tpu tensors: the "tpu_gloo" backend and the routing of
+# init_process_group("gloo") / init_process_group() to it (see distributed.py).
+_distributed._install()
 from .device import get_platform  # noqa: E402,F401
 from .fusion import fused  # noqa: E402
 

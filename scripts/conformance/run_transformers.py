@@ -133,6 +133,10 @@ def run_one(label: str, paths: list[str], device: str, args, workdir: Path) -> d
     if device == "tpu":
         env[f"{pre}_TEST_DEVICE"] = "tpu"
         env[f"{pre}_TEST_BACKEND"] = "torch_tpu"
+        # 2 XLA:CPU devices per process (tpu:0, tpu:1): the distributed tests
+        # (FSDP2, tensor parallel) start one process per device, like CPU's
+        # os.cpu_count() gloo workers. An explicit setting wins.
+        env.setdefault("TORCH_TPU_CPU_DEVICES", "2")
         # testing_utils imports the spec by its bare module name relative to
         # the working directory (the checkout: upstream tests that re-run
         # themselves in a subprocess use paths relative to it), so main()
