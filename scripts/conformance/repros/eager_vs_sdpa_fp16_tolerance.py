@@ -1,5 +1,10 @@
 """Repro: GPT2ModelTest::test_eager_matches_sdpa_inference_0[0-7]_fp16_* fail on tpu.
 
+The same 8 tests of every SDPA model class fail for this reason (llama, qwen3, qwen3_moe,
+mistral, gemma3 text + vision2text, gpt2, bert, vit, clip vision). A "nan"/"inf" mean relative
+difference in the message is not a NaN output: the test divides by |eager| + 1e-12, and 1e-12
+is 0 in fp16, so exact zeros (padding positions, a few activations) give 0/0 or x/0.
+
 Cause: not a numerics bug. Upstream's eager-vs-SDPA test (tests/test_modeling_common.py,
 _test_eager_matches_sdpa_inference) looks up its tolerances by torch_device; only cpu/cuda
 (and hpu/npu/xpu via cuda) have entries. Any other device, "tpu" included, gets atol=1e-7,
