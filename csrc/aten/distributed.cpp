@@ -123,16 +123,28 @@ class StagingBackend final : public c10d::Backend {
     return Done(tensors);
   }
 
-  WorkPtr allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override {
+  // allreduce and reduce: gloo has no AVG / PREMUL_SUM, so those run as SUM
+  // with the scaling done around it; `receives`: this rank gets the result.
+  template <typename Opts, typename Run>
+  WorkPtr StageReduction(std::vector<at::Tensor>& tensors, const Opts& opts, bool receives,
+                         Run run) {
     Reduction r = Prepare(opts.reduceOp);
     auto host = HostCopy(tensors);
     for (auto& h : host) PreMulInPlace(r, h);
-    c10d::AllreduceOptions o = opts;
+    Opts o = opts;
     o.reduceOp = r.op;
-    Wait(inner_->allreduce(host, o));
-    for (auto& h : host) Finish(r, h, getSize());
-    CopyBack(tensors, host);
+    Wait(run(host, o));
+    if (receives) {
+      for (auto& h : host) Finish(r, h, getSize());
+      CopyBack(tensors, host);
+    }
     return Done(tensors);
+  }
+
+  WorkPtr allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override {
+    return StageReduction(tensors, opts, true, [&](auto& host, auto& o) {
+      return inner_->allreduce(host, o);
+    });
   }
 
   WorkPtr allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -150,17 +162,9 @@ class StagingBackend final : public c10d::Backend {
   }
 
   WorkPtr reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override {
-    Reduction r = Prepare(opts.reduceOp);
-    auto host = HostCopy(tensors);
-    for (auto& h : host) PreMulInPlace(r, h);
-    c10d::ReduceOptions o = opts;
-    o.reduceOp = r.op;
-    Wait(inner_->reduce(host, o));
-    if (getRank() == opts.rootRank) {
-      for (auto& h : host) Finish(r, h, getSize());
-      CopyBack(tensors, host);
-    }
-    return Done(tensors);
+    return StageReduction(tensors, opts, getRank() == opts.rootRank, [&](auto& host, auto& o) {
+      return inner_->reduce(host, o);
+    });
   }
 
   // allgather and gather: one list of outputs per input, staged alike.
