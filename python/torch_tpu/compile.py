@@ -80,12 +80,18 @@ _decompositions: dict | None = None
 
 
 def decompositions() -> dict:
-    """Core-ATen decompositions minus those of ops that have a lowering rule."""
+    """Core-ATen decompositions minus those of ops that have a lowering rule.
+
+    The post-autograd core table, not ``core_aten_decompositions()``: that one
+    adds an entry per CompositeImplicitAutograd op (which decompose in the
+    dispatcher anyway when traced) and costs 0.1-0.3 s per process to
+    materialize, on every warm start of a compiled model.
+    """
     global _decompositions
     if _decompositions is None:
-        from torch._decomp import core_aten_decompositions
+        from torch._decomp import _core_aten_decompositions_post_autograd
 
-        table = dict(core_aten_decompositions())
+        table = dict(_core_aten_decompositions_post_autograd())
         for op in list(table):
             if isinstance(op, torch._ops.OpOverload) and _has_rule(_op_name(op)):
                 del table[op]
