@@ -666,22 +666,24 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
     }
   }
 
-  // RNG: advance the generator by the number of values drawn.
-  int64_t numel = 1;
-  for (const auto& s : specs)
-    for (int64_t n : s.sizes) numel *= n;
-  uint64_t draws = static_cast<uint64_t>(numel) + 1;
-  // Ops whose only randomness is dropout (the SDPA kernels) draw nothing at
-  // dropout_p == 0, as on CPU and CUDA: the generator stays where it was.
-  for (size_t i = 0; i < args.size() && i < schema.arguments().size(); ++i)
-    if (schema.arguments()[i].name() == "dropout_p" && args[i].isDouble() &&
-        args[i].toDouble() == 0.0)
-      draws = 0;
+  // RNG: advance the generator by the number of values drawn. Ops whose only
+  // randomness is dropout (the SDPA kernels) draw nothing at dropout_p == 0,
+  // as on CPU and CUDA: the generator stays where it was.
+  auto draws = [&]() -> uint64_t {
+    for (size_t i = 0; i < args.size() && i < schema.arguments().size(); ++i)
+      if (schema.arguments()[i].name() == "dropout_p" && args[i].isDouble() &&
+          args[i].toDouble() == 0.0)
+        return 0;
+    int64_t numel = 1;
+    for (const auto& s : specs)
+      for (int64_t n : s.sizes) numel *= n;
+    return static_cast<uint64_t>(numel) + 1;
+  };
   for (size_t i = 0; i < plan.args.size(); ++i) {
     if (plan.args[i].kind != Arg::Kind::Generator) continue;
     std::optional<at::Generator> gen;
     if (i < args.size() && args[i].isGenerator()) gen = args[i].toGenerator();
-    auto [seed, offset] = NextRngState(gen, plan.device, draws);
+    auto [seed, offset] = NextRngState(gen, plan.device, draws());
     plan.params[plan.args[i].param].rng[0] = seed;
     plan.params[plan.args[i].param].rng[1] = offset;
   }
