@@ -56,8 +56,12 @@ DiskCache::DiskCache(std::string dir, uint64_t max_bytes)
   }
 }
 
+std::string HashName(const std::string& key) {
+  return Hex(Fnv1a64(key)) + Hex(Fnv1a64(key, 0x9e3779b97f4a7c15ULL));
+}
+
 std::string DiskCache::PathFor(const std::string& key) const {
-  return dir_ + "/" + Hex(Fnv1a64(key)) + Hex(Fnv1a64(key, 0x9e3779b97f4a7c15ULL)) + ".xc";
+  return dir_ + "/" + HashName(key) + ".xc";
 }
 
 std::optional<std::pair<std::string, std::string>> DiskCache::ReadEntry(const std::string& path) {

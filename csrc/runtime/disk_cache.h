@@ -54,5 +54,7 @@ std::vector<std::pair<std::string, std::string>> ReadManifest(const std::string&
 std::string ManifestRecord(const std::string& key, const std::string& file);
 
 uint64_t Fnv1a64(const std::string& data, uint64_t seed = 1469598103934665603ULL);
+// 32 hex digits (two seeded FNV-1a hashes): the file name stem for `key`.
+std::string HashName(const std::string& key);
 
 }  // namespace torch_tpu::runtime

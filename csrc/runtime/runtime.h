@@ -135,6 +135,8 @@ class Runtime {
   void PrefetchLoop();
   pjrt::ExecutablePtr LoadPrefetchEntry(const std::string& key, const std::string& file);
   void RecordInManifest(const std::string& key, const std::string& disk_key);
+  // Start of every disk key for `device`: plugin identity and compile options.
+  std::string DiskKeyHead(int device) const;
   static void AtFork(int phase);
   std::string plugin_path_;
   std::unordered_map<std::string, pjrt::BufferPtr> scalars_;
