@@ -137,6 +137,8 @@ std::string Hex(uint64_t bits, int bytes) {
 // Bits of the float8 value nearest to v (ties to even), like PyTorch's
 // conversions: E4M3FN has no infinities and saturates (inf too) to +-448;
 // E5M2 overflows to inf. Found by search over the 128 magnitudes.
+constexpr double kF8E4M3FNMax = 448.0;  // largest finite float8_e4m3fn
+
 uint64_t ToFloat8Bits(double v, bool e4m3fn) {
   const int man_bits = e4m3fn ? 3 : 2, bias = e4m3fn ? 7 : 15;
   const uint64_t sign = std::signbit(v) ? 0x80 : 0;
@@ -350,7 +352,7 @@ Value Builder::MinValue(ElementType t) {
     case ElementType::I64: return ConstantInt(t, INT64_MIN);
     case ElementType::U8: case ElementType::U16: case ElementType::U32:
     case ElementType::U64: return ConstantInt(t, 0);
-    case ElementType::F8E4M3FN: return Constant(t, -448.0);  // no -inf
+    case ElementType::F8E4M3FN: return Constant(t, -kF8E4M3FNMax);  // no -inf
     default: return Constant(t, -std::numeric_limits<double>::infinity());
   }
 }
@@ -366,7 +368,7 @@ Value Builder::MaxValue(ElementType t) {
     case ElementType::U16: return ConstantInt(t, UINT16_MAX);
     case ElementType::U32: return ConstantInt(t, UINT32_MAX);
     case ElementType::U64: return ConstantBits(t, UINT64_MAX);
-    case ElementType::F8E4M3FN: return Constant(t, 448.0);  // no inf
+    case ElementType::F8E4M3FN: return Constant(t, kF8E4M3FNMax);  // no inf
     default: return Constant(t, std::numeric_limits<double>::infinity());
   }
 }
@@ -406,8 +408,8 @@ Value Builder::Convert(Value x, ElementType t) {
   if (t == ElementType::F8E4M3FN && x.dtype() != ElementType::F8E5M2) {
     // PyTorch saturates to +-448 (inf too) where XLA's convert gives NaN;
     // NaN stays NaN (clamp propagates it).
-    Value lo = BroadcastInDim(Constant(x.dtype(), -448.0), x.shape(), {});
-    Value hi = BroadcastInDim(Constant(x.dtype(), 448.0), x.shape(), {});
+    Value lo = BroadcastInDim(Constant(x.dtype(), -kF8E4M3FNMax), x.shape(), {});
+    Value hi = BroadcastInDim(Constant(x.dtype(), kF8E4M3FNMax), x.shape(), {});
     x = Op1("stablehlo.clamp", {lo, x, hi}, x.type);
   }
   return Op1("stablehlo.convert", {x}, TensorType{t, x.shape()});

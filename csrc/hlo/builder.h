@@ -14,7 +14,8 @@ namespace torch_tpu::hlo {
 
 enum class ElementType {
   Bool, I8, I16, I32, I64, U8, U16, U32, U64, F16, BF16, F32, F64,
-  // float8 (OCP FP8): E4M3FN has no infinities (overflow is NaN), E5M2 has.
+  // float8 (OCP FP8): E4M3FN has no infinities (conversions saturate to
+  // +-448, as in PyTorch), E5M2 has.
   F8E4M3FN, F8E5M2,
 };
 

@@ -330,10 +330,12 @@ struct WeightNormParts {
   std::vector<int64_t> others;  // reduced dims
   ElementType ct;
 };
-WeightNormParts WeightNormSetup(const Value& v, int64_t dim_arg, ElementType out_dtype) {
+WeightNormParts WeightNormSetup(const Value& v, int64_t dim_arg, ElementType out_dtype,
+                                const char* op) {
+  if (v.rank() == 0) throw Unsupported(std::string(op) + " of a 0-d tensor");
   WeightNormParts p;
   p.dim = WrapDim(dim_arg, v.rank());
-  p.k = v.rank() == 0 ? 1 : v.shape()[p.dim];
+  p.k = v.shape()[p.dim];
   for (int64_t d = 0; d < v.rank(); ++d)
     if (d != p.dim) p.others.push_back(d);
   p.ct = ComputeType(out_dtype);
@@ -350,8 +352,7 @@ std::vector<Value> WeightNormRule(Context& c, const std::vector<Arg>& a) {
   Builder& b = c.b;
   const TensorType& out = c.outputs.at(0);
   Value v = a.at(0).tensor;
-  if (v.rank() == 0) throw Unsupported("_weight_norm_interface of a 0-d tensor");
-  WeightNormParts p = WeightNormSetup(v, a.at(2).i, out.dtype);
+  WeightNormParts p = WeightNormSetup(v, a.at(2).i, out.dtype, "_weight_norm_interface");
   Value vf = b.Convert(v, p.ct);
   Value norm = b.Unary("sqrt", SumOthers(b, b.Binary("multiply", vf, vf), p));  // [k]
   Value g = b.Reshape(b.Convert(a.at(1).tensor, p.ct), {p.k});
@@ -367,8 +368,8 @@ std::vector<Value> WeightNormBackwardRule(Context& c, const std::vector<Arg>& a)
   Builder& b = c.b;
   const TensorType& out = c.outputs.at(0);
   Value v = a.at(1).tensor;
-  if (v.rank() == 0) throw Unsupported("_weight_norm_interface_backward of a 0-d tensor");
-  WeightNormParts p = WeightNormSetup(v, a.at(4).i, out.dtype);
+  WeightNormParts p =
+      WeightNormSetup(v, a.at(4).i, out.dtype, "_weight_norm_interface_backward");
   Value vf = b.Convert(v, p.ct);
   Value gw = b.Convert(a.at(0).tensor, p.ct);
   Value g = b.Reshape(b.Convert(a.at(2).tensor, p.ct), {p.k});
