@@ -12,17 +12,7 @@ import torch.nn.functional as F
 import torch_tpu
 
 
-def _fallbacks() -> dict:
-    return dict(torch_tpu.debug.stats()["fallbacks"])
-
-
-class native:
-    def __enter__(self) -> None:
-        self.before = _fallbacks()
-
-    def __exit__(self, *exc: object) -> None:
-        if exc[0] is None:
-            assert _fallbacks() == self.before, "a CPU fallback ran"
+from no_fallback import native
 
 
 # ------------------------------------------- SDPA without dropout draws nothing

@@ -12,23 +12,9 @@ import torch
 
 import torch_tpu
 
+from no_fallback import native
+
 NAN = float("nan")
-
-
-def _fallbacks() -> dict:
-    return dict(torch_tpu.debug.stats()["fallbacks"])
-
-
-class _NoFallback:
-    def __enter__(self) -> None:
-        self.before = _fallbacks()
-
-    def __exit__(self, *exc: object) -> None:
-        if exc[0] is None:
-            assert _fallbacks() == self.before, "a CPU fallback ran"
-
-
-native = _NoFallback
 
 
 # ---------------------------------------------------------------- mode
