@@ -14,6 +14,10 @@ graph with ``copy_(input, new_value)``, which becomes an in-place update
 through PJRT buffer donation (the input's storage buffer is donated and takes
 the module's result), not a copy: see ``stats()["inputs_donated"]``.
 
+What a compile traced is saved in PyTorch's AOTAutograd cache (when
+torch_tpu's disk cache is on), so another process compiling the same graph
+skips AOTAutograd: see :func:`_output_code_classes`.
+
 A graph containing an op without a rule (or that the builder cannot lower)
 runs eagerly on the device, op by op, after one warning naming the ops:
 slower, never wrong.
@@ -38,12 +42,14 @@ from . import _C
 
 __all__ = ["backend", "decompositions", "stats", "reset_stats"]
 
-_stats = {"graphs": 0, "native_graphs": 0, "fallback_graphs": 0}
+_stats = {"graphs": 0, "native_graphs": 0, "fallback_graphs": 0, "graphs_from_cache": 0}
 
 
 def stats() -> dict[str, int]:
     """Counts of graphs seen by the backend (all, compiled natively, fallen
-    back) and of mutated graph inputs updated by compiled graphs: in place
+    back; ``graphs_from_cache``: those of them loaded from PyTorch's
+    AOTAutograd cache instead of traced, see _output_code_classes) and of
+    mutated graph inputs updated by compiled graphs: in place
     through buffer donation (``inputs_donated``), in place without donation
     because the storage was also passed as another input (``inputs_rebound``),
     or through a dense temporary and one copy, for non-dense views
@@ -285,7 +291,7 @@ class _Compiled:
         self.example_inputs = list(example_inputs)
         self.inputs_numbers: list[tuple[int, Any]] = []
         self._boxed_call = True  # an instance attribute: wrappers copy __dict__
-        self.graph = _C._Graph()
+        self.graph = _Recorder(_C._Graph())
         self.device: int | None = None
         self.inputs: list[tuple[str, Any]] = []  # ("arg", position) | ("const", tensor)
         self.outputs: list[tuple[str, Any]] = []  # ("graph", k) | ("input", pos) | ("const", v)
@@ -470,6 +476,134 @@ class _Compiled:
         return result
 
 
+class _Recorder:
+    """The C++ graph builder, recording the calls that build the module, so
+    that a graph loaded from PyTorch's AOTAutograd cache is rebuilt by
+    replaying them (no tracing) and its executable comes from the disk cache."""
+
+    __slots__ = ("g", "calls")
+
+    def __init__(self, g: Any) -> None:
+        self.g = g
+        self.calls: list[tuple[str, tuple]] = []
+
+    def add_input(self, *args: Any) -> Any:
+        self.calls.append(("add_input", args))
+        return self.g.add_input(*args)
+
+    def add_op(self, *args: Any) -> Any:
+        self.calls.append(("add_op", args))
+        return self.g.add_op(*args)
+
+    def set_outputs(self, *args: Any) -> Any:
+        self.calls.append(("set_outputs", args))
+        return self.g.set_outputs(*args)
+
+    def compile(self, device: int) -> None:
+        self.g.compile(device)
+
+    def run(self, tensors: list) -> list:
+        return self.g.run(tensors)
+
+
+_SAVED_FIELDS = ("dense_from", "inputs_numbers", "device", "inputs", "outputs")
+
+
+def _restore(state: dict) -> Any:
+    """Unpickles a graph saved in the AOTAutograd cache (see
+    _output_code_classes); its module is rebuilt when the cache uses it."""
+    obj = object.__new__(_output_code_classes()[0])
+    obj.__dict__.update({k: state[k] for k in _SAVED_FIELDS})
+    obj._boxed_call = True
+    obj.example_inputs = []
+    obj.consts = {}
+    obj.graph = None
+    obj.calls = state["calls"]
+    return obj
+
+
+_output_codes: tuple[type, type] | None = None
+
+
+def _output_code_classes() -> tuple[type, type]:
+    """``_Compiled`` as an Inductor ``OutputCode``, which AOTAutograd's cache
+    can save: what a compile traced (Dynamo's graph through AOTAutograd: the
+    decompositions, functionalization, the forward/backward split, the
+    runtime wrappers) is then stored on disk, and a later process that
+    compiles the same graph skips that work. The module itself is saved as the
+    recorded builder calls (replayed with the current lowering rules) and its
+    executable as usual in torch_tpu's disk cache. The second class wraps a
+    graph that runs eagerly (_fallback), which the cache declines to save.
+    Created on first use: importing ``torch._inductor.output_code`` imports
+    Dynamo."""
+    global _output_codes
+    if _output_codes is None:
+        from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
+        from torch._inductor.output_code import OutputCode
+
+        class _CompiledCode(_Compiled, OutputCode):
+            _fx_graph_cache_key = None
+            _fx_graph_cache_debug_lines = None
+            _time_taken_ns = None
+
+            def prepare_for_serialization(self) -> None:
+                if any(kind != "arg" for kind, _ in self.inputs):
+                    raise BypassAOTAutogradCache("torch_tpu: a graph with constant tensors")
+
+            def post_compile(self, example_inputs: Any, constants: Any, graph_kwargs: Any) -> None:
+                if self.graph is not None:
+                    return
+                # Loaded from the cache and used: rebuild the module with the
+                # recorded calls; the executable comes from the disk cache.
+                self.graph = _Recorder(_C._Graph())
+                for name, args in self.__dict__.pop("calls"):
+                    getattr(self.graph, name)(*args)
+                self.graph.compile(self.device)
+                _stats["graphs"] += 1
+                _stats["native_graphs"] += 1
+                _stats["graphs_from_cache"] += 1
+
+            def set_triton_bundle(self, triton_bundle: Any) -> None:
+                pass
+
+            def __copy__(self) -> Any:
+                new = object.__new__(type(self))
+                new.__dict__.update(self.__dict__)
+                return new
+
+            def __reduce__(self) -> tuple:
+                state = {k: getattr(self, k) for k in _SAVED_FIELDS}
+                state["calls"] = self.graph.calls if self.graph is not None else self.calls
+                return (_restore, (state,))
+
+        class _EagerCode(OutputCode):
+            _fx_graph_cache_key = None
+            _fx_graph_cache_debug_lines = None
+            _time_taken_ns = None
+            _boxed_call = True
+
+            def __init__(self, fn: Callable) -> None:
+                self.fn = fn
+
+            def __call__(self, *call_args: Any) -> Any:
+                # Boxed (one list) or plain positional arguments, as _Compiled.
+                boxed = len(call_args) == 1 and isinstance(call_args[0], list)
+                return self.fn(call_args[0] if boxed else list(call_args))
+
+            def prepare_for_serialization(self) -> None:
+                raise BypassAOTAutogradCache("torch_tpu: a graph that runs eagerly")
+
+            def post_compile(self, example_inputs: Any, constants: Any, graph_kwargs: Any) -> None:
+                pass
+
+            def set_triton_bundle(self, triton_bundle: Any) -> None:
+                pass
+
+        _CompiledCode.__module__ = _EagerCode.__module__ = __name__
+        _output_codes = (_CompiledCode, _EagerCode)
+    return _output_codes
+
+
 def _flat(out: Any) -> list:
     """The items of an (AOTAutograd, hence flat) graph output."""
     items = list(out) if isinstance(out, (tuple, list)) else [out]
@@ -514,7 +648,8 @@ def _contiguous_strides(shape: Sequence[int]) -> list[int]:
     return strides[::-1]
 
 
-def _forward_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+def _forward_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                   cacheable: bool = False) -> Callable:
     """The compiler of the forward graph of a training graph pair: its outputs
     from AOTAutograd's ``num_forward`` on are the tensors saved for backward."""
     from torch._guards import TracingContext
@@ -524,24 +659,28 @@ def _forward_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> C
     num_forward = getattr(meta, "num_forward", None)
     if num_forward is not None:
         num_forward += len(getattr(meta, "tokens", None) or ())  # effect tokens come first
-    return _compile_graph(gm, example_inputs, num_forward)
+    return _compile_graph(gm, example_inputs, num_forward, cacheable)
 
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
-                   dense_from: int | None = None) -> Callable:
-    """The forward / backward / inference compiler given to AOTAutograd."""
+                   dense_from: int | None = None, cacheable: bool = False) -> Callable:
+    """The forward / backward / inference compiler given to AOTAutograd.
+    ``cacheable``: return ``OutputCode`` objects (see _output_code_classes)."""
     _stats["graphs"] += 1
+    compiled_cls, eager_cls = _output_code_classes() if cacheable else (_Compiled, None)
     try:
-        compiled = _Compiled(gm, example_inputs, dense_from)
+        compiled = compiled_cls(gm, example_inputs, dense_from)
     except _Unsupported as e:
-        return _fallback(gm, str(e))
+        fallback = _fallback(gm, str(e))
+        return eager_cls(fallback) if cacheable else fallback
     except (RuntimeError, TypeError, ValueError, IndexError) as e:
-        return _fallback(gm, f"graph lowering failed: {e}")
+        fallback = _fallback(gm, f"graph lowering failed: {e}")
+        return eager_cls(fallback) if cacheable else fallback
     _stats["native_graphs"] += 1
     return compiled
 
 
-_backend: Callable | None = None
+_backends: dict[bool, Callable] = {}
 
 
 def _partition_kwargs() -> dict:
@@ -560,25 +699,88 @@ def _partition_kwargs() -> dict:
     return {"partition_fn": min_cut_rematerialization_partition}
 
 
-def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
-    """The Dynamo backend registered as "tpu"."""
-    global _backend
-    if _backend is None:
+def _cache_traces() -> bool:
+    """Whether compiled graphs go through PyTorch's AOTAutograd cache: when
+    torch_tpu's disk cache is on (``TORCH_TPU_CACHE_DIR`` not "") and
+    PyTorch's is (``TORCHINDUCTOR_AUTOGRAD_CACHE``, ``force_disable_caches``)."""
+    import os
+
+    if os.environ.get("TORCH_TPU_CACHE_DIR") == "":
+        return False
+    from torch._functorch._aot_autograd.autograd_cache import should_use_local_autograd_cache
+
+    return should_use_local_autograd_cache()
+
+
+_salt: str | None = None
+
+
+def _cache_salt() -> str:
+    """What the AOTAutograd cache key must also cover, besides the graph,
+    its inputs and PyTorch's configuration: this lowering code and the
+    native library (its rules decide which ops are decomposed), and the
+    partitioner choice."""
+    global _salt
+    if _salt is None:
+        import hashlib
+        import os
+
+        h = hashlib.sha256()
+        for path in (__file__, _C.__file__):
+            st = os.stat(path)
+            h.update(f"{os.path.realpath(path)}:{st.st_size}:{st.st_mtime_ns};".encode())
+        with open(__file__, "rb") as f:
+            h.update(f.read())
+        h.update(os.environ.get("TORCH_TPU_COMPILE_PARTITION", "min_cut").encode())
+        _salt = h.hexdigest()
+    return _salt
+
+
+def _aot_backend(cacheable: bool) -> Callable:
+    fn = _backends.get(cacheable)
+    if fn is None:
+        import functools
+
         from torch._dynamo.backends.common import aot_autograd
 
-        _backend = aot_autograd(
-            fw_compiler=_forward_graph,
-            bw_compiler=_compile_graph,
-            inference_compiler=_compile_graph,
+        fw = functools.partial(_forward_graph, cacheable=cacheable)
+        other = functools.partial(_compile_graph, cacheable=cacheable)
+        if cacheable:
+            from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
+
+            fw = SerializableAOTDispatchCompiler(_output_code_classes()[0], fw)
+            other = SerializableAOTDispatchCompiler(_output_code_classes()[0], other)
+        fn = _backends[cacheable] = aot_autograd(
+            fw_compiler=fw,
+            bw_compiler=other,
+            inference_compiler=other,
             decompositions=decompositions(),
             # In-place updates of inputs stay in the graph (copy_ epilogue),
             # done through buffer donation instead of copies.
             keep_inference_input_mutations=True,
             **_partition_kwargs(),
         )
+    return fn
+
+
+def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
+    """AOTAutograd with our compilers; through PyTorch's AOTAutograd cache
+    when _cache_traces() (bundled entries: the cache holds our OutputCode)."""
+    if not _cache_traces():
+        return _aot_backend(False)(gm, example_inputs, **kwargs)
+    gm._torch_tpu_cache_salt = _cache_salt()  # part of the cache key (gm.__dict__)
+    # The backward graph is compiled with the forward (not lazily at the
+    # first backward), so that the pair is saved while these settings hold.
+    with torch._functorch.config.patch(bundled_autograd_cache=True,
+                                       force_non_lazy_backward_lowering=True):
+        return _aot_backend(True)(gm, example_inputs, **kwargs)
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
+    """The Dynamo backend registered as "tpu"."""
     if any(_is_symbolic(a) for a in example_inputs):
         return _Specializing(gm)
-    return _backend(gm, example_inputs, **kwargs)
+    return _compile(gm, example_inputs, **kwargs)
 
 
 def _is_symbolic(a: Any) -> bool:
@@ -603,7 +805,7 @@ class _Specializing:
         )
         fn = self.cache.get(key)
         if fn is None:
-            fn = self.cache[key] = _backend(self.gm, list(args))
+            fn = self.cache[key] = _compile(self.gm, list(args))
         return fn(*args)
 
 
