@@ -61,6 +61,11 @@ def child(args):
         import torch._dynamo  # noqa: F401
         import torch._functorch.aot_autograd  # noqa: F401
         import torch._dynamo.backends.debugging  # noqa: F401
+        # The key of PyTorch's AOTAutograd cache (which keeps the traced
+        # graphs) covers Inductor's settings: PyTorch imports its code
+        # generators for it (about 0.5 s here). Same work cold and warm.
+        from torch._inductor.codegen.common import init_backend_registration
+        init_backend_registration()
 
     t_load = time.time()
     model = tf.AutoModelForCausalLM.from_pretrained(args.model_dir, device_map="tpu")
