@@ -541,11 +541,16 @@ def _output_code_classes() -> tuple[type, type]:
         from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
         from torch._inductor.output_code import OutputCode
 
-        class _CompiledCode(_Compiled, OutputCode):
+        class _Code(OutputCode):
+            # OutputCode declares these as dataclass fields; it is no dataclass.
             _fx_graph_cache_key = None
             _fx_graph_cache_debug_lines = None
             _time_taken_ns = None
 
+            def set_triton_bundle(self, triton_bundle: Any) -> None:
+                pass
+
+        class _CompiledCode(_Compiled, _Code):
             def prepare_for_serialization(self) -> None:
                 if any(kind != "arg" for kind, _ in self.inputs):
                     raise BypassAOTAutogradCache("torch_tpu: a graph with constant tensors")
@@ -563,9 +568,6 @@ def _output_code_classes() -> tuple[type, type]:
                 _stats["native_graphs"] += 1
                 _stats["graphs_from_cache"] += 1
 
-            def set_triton_bundle(self, triton_bundle: Any) -> None:
-                pass
-
             def __copy__(self) -> Any:
                 new = object.__new__(type(self))
                 new.__dict__.update(self.__dict__)
@@ -576,10 +578,7 @@ def _output_code_classes() -> tuple[type, type]:
                 state["calls"] = self.graph.calls if self.graph is not None else self.calls
                 return (_restore, (state,))
 
-        class _EagerCode(OutputCode):
-            _fx_graph_cache_key = None
-            _fx_graph_cache_debug_lines = None
-            _time_taken_ns = None
+        class _EagerCode(_Code):
             _boxed_call = True
 
             def __init__(self, fn: Callable) -> None:
@@ -596,10 +595,7 @@ def _output_code_classes() -> tuple[type, type]:
             def post_compile(self, example_inputs: Any, constants: Any, graph_kwargs: Any) -> None:
                 pass
 
-            def set_triton_bundle(self, triton_bundle: Any) -> None:
-                pass
-
-        _CompiledCode.__module__ = _EagerCode.__module__ = __name__
+        _Code.__module__ = _CompiledCode.__module__ = _EagerCode.__module__ = __name__
         _output_codes = (_CompiledCode, _EagerCode)
     return _output_codes
 
