@@ -805,6 +805,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_device_count", [] { return GetRuntime().device_count(); });
   m.def("_platform", [] { return GetRuntime().platform(); });
   m.def("_plugin_path", [] { return GetRuntime().plugin_path(); });
+  m.def("_build_identity", &torch_tpu::runtime::BuildIdentity);
   m.def("_platform_version", [] { return GetRuntime().client().platform_version(); });
   m.def("_device_kind", [](int d) { return GetRuntime().client().devices().at(d).kind; });
   // Index of the PJRT device holding a tpu tensor's buffer (-1: no buffer yet).

@@ -229,16 +229,6 @@ constexpr size_t kManifestMaxKey = 4096;
 
 void BuildIdAnchor() {}
 
-// Path, size and modification time of the library holding this code.
-std::string BuildIdentity() {
-  Dl_info info;
-  if (!dladdr(reinterpret_cast<void*>(&BuildIdAnchor), &info) || !info.dli_fname) return "";
-  struct stat st;
-  if (stat(info.dli_fname, &st) != 0) return "";
-  return std::string(info.dli_fname) + ":" + std::to_string(st.st_size) + ":" +
-         std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
-}
-
 std::string CommandLine() {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -248,6 +238,15 @@ void StopPrefetchAtExit() {
   if (Runtime::IsInitialized()) Runtime::Get().StopPrefetch();
 }
 }  // namespace
+
+std::string BuildIdentity() {
+  Dl_info info;
+  if (!dladdr(reinterpret_cast<void*>(&BuildIdAnchor), &info) || !info.dli_fname) return "";
+  struct stat st;
+  if (stat(info.dli_fname, &st) != 0) return "";
+  return std::string(info.dli_fname) + ":" + std::to_string(st.st_size) + ":" +
+         std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+}
 
 void Runtime::StartPrefetch() {
   if (!disk_->enabled()) return;

@@ -64,6 +64,11 @@ class DeviceAssertion : public std::out_of_range {
   using std::out_of_range::out_of_range;
 };
 
+// Path, size and modification time of the native library holding this code:
+// what keys on-disk state to one torch_tpu build (prefetch manifests, the
+// compile backend's traced graphs).
+std::string BuildIdentity();
+
 class Runtime {
  public:
   // Loads the plugin at `plugin_path` and creates the client. Must be called

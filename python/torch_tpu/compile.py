@@ -447,9 +447,7 @@ class _Compiled:
         env[node] = env[src]  # copy_ returns the updated input
 
     def __call__(self, *call_args: Any) -> list:
-        # Boxed (one list, which we may clear) or plain positional arguments.
-        boxed = len(call_args) == 1 and isinstance(call_args[0], list)
-        args = call_args[0] if boxed else list(call_args)
+        args, boxed = _unbox(call_args)
         for pos, number in self.inputs_numbers:
             if args[pos] != number:
                 raise RuntimeError(f"torch_tpu: compiled graph was specialized for input {pos} == "
@@ -474,6 +472,13 @@ class _Compiled:
         if boxed:
             args.clear()
         return result
+
+
+def _unbox(call_args: tuple) -> tuple[list, bool]:
+    """(arguments, boxed) of a compiled graph's call: boxed (one list, which
+    the callee may clear) or plain positional arguments."""
+    boxed = len(call_args) == 1 and isinstance(call_args[0], list)
+    return (call_args[0] if boxed else list(call_args)), boxed
 
 
 class _Recorder:
@@ -585,9 +590,7 @@ def _output_code_classes() -> tuple[type, type]:
                 self.fn = fn
 
             def __call__(self, *call_args: Any) -> Any:
-                # Boxed (one list) or plain positional arguments, as _Compiled.
-                boxed = len(call_args) == 1 and isinstance(call_args[0], list)
-                return self.fn(call_args[0] if boxed else list(call_args))
+                return self.fn(_unbox(call_args)[0])
 
             def prepare_for_serialization(self) -> None:
                 raise BypassAOTAutogradCache("torch_tpu: a graph that runs eagerly")
@@ -667,13 +670,14 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     try:
         compiled = compiled_cls(gm, example_inputs, dense_from)
     except _Unsupported as e:
-        fallback = _fallback(gm, str(e))
-        return eager_cls(fallback) if cacheable else fallback
+        reason = str(e)
     except (RuntimeError, TypeError, ValueError, IndexError) as e:
-        fallback = _fallback(gm, f"graph lowering failed: {e}")
-        return eager_cls(fallback) if cacheable else fallback
-    _stats["native_graphs"] += 1
-    return compiled
+        reason = f"graph lowering failed: {e}"
+    else:
+        _stats["native_graphs"] += 1
+        return compiled
+    fallback = _fallback(gm, reason)
+    return eager_cls(fallback) if cacheable else fallback
 
 
 _backends: dict[bool, Callable] = {}
@@ -713,18 +717,15 @@ _salt: str | None = None
 
 def _cache_salt() -> str:
     """What the AOTAutograd cache key must also cover, besides the graph,
-    its inputs and PyTorch's configuration: this lowering code and the
-    native library (its rules decide which ops are decomposed), and the
-    partitioner choice."""
+    its inputs and PyTorch's configuration: the native library (its rules
+    decide which ops are decomposed; the build identity that also names the
+    prefetch manifests), this lowering code, and the partitioner choice."""
     global _salt
     if _salt is None:
         import hashlib
         import os
 
-        h = hashlib.sha256()
-        for path in (__file__, _C.__file__):
-            st = os.stat(path)
-            h.update(f"{os.path.realpath(path)}:{st.st_size}:{st.st_mtime_ns};".encode())
+        h = hashlib.sha256(_C._build_identity().encode() + b"\n")
         with open(__file__, "rb") as f:
             h.update(f.read())
         h.update(os.environ.get("TORCH_TPU_COMPILE_PARTITION", "min_cut").encode())

@@ -5,7 +5,6 @@ only with Dynamo. Checked against the first process's numbers (which
 test_compile.py checks against eager)."""
 import json
 import os
-import pathlib
 import subprocess
 import sys
 
@@ -28,8 +27,9 @@ print(json.dumps({"loss": loss.item(), "grads": [p.grad.cpu().tolist() for p in 
 
 def run(tmp_path, **env_extra):
     env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(tmp_path / "tpu"),
-               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "torch"), **env_extra)
+               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "torch"))
     env.pop("TORCHINDUCTOR_AUTOGRAD_CACHE", None)
+    env.update(env_extra)
     out = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True,
                          env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -75,12 +75,9 @@ def test_damaged_entries_are_recompiled(tmp_path):
 
 
 def test_off_with_the_disk_cache(tmp_path):
-    env = dict(os.environ, TORCH_TPU_CACHE_DIR="", TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "torch"))
-    out = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True,
-                         env=env, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
+    off, _ = run(tmp_path, TORCH_TPU_CACHE_DIR="")
     assert entries(tmp_path) == []
-    assert json.loads(out.stdout.strip().splitlines()[-1])["from_cache"] == 0
+    assert off["from_cache"] == 0
 
 
 def test_key_covers_torch_tpu_settings(tmp_path):
