@@ -295,6 +295,47 @@ Value Builder::Splat(ElementType t, double v, const std::vector<int64_t>& shape)
   return BroadcastInDim(Constant(t, v), shape, {});
 }
 
+Value Builder::ConstantArray(ElementType t, const std::vector<double>& v) {
+  TensorType type{t, {static_cast<int64_t>(v.size())}};
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + ScalarLiteral(t, v[i]);
+  return Op1("stablehlo.constant", {}, type, "value = dense<[" + s + "]> : " + type.str());
+}
+
+Value Builder::ConstantIntArray(ElementType t, const std::vector<int64_t>& v) {
+  TensorType type{t, {static_cast<int64_t>(v.size())}};
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::string lit = t == ElementType::Bool ? (v[i] ? "true" : "false")
+                      : IsUnsigned(t)        ? std::to_string(static_cast<uint64_t>(v[i]))
+                                             : std::to_string(v[i]);
+    s += (i ? ", " : "") + lit;
+  }
+  return Op1("stablehlo.constant", {}, type, "value = dense<[" + s + "]> : " + type.str());
+}
+
+Value Builder::IsFinite(Value x) {
+  return Op1("stablehlo.is_finite", {x}, TensorType{ElementType::Bool, x.shape()});
+}
+
+Value Builder::OptimizationBarrier(Value x) {
+  return Op1("stablehlo.optimization_barrier", {x}, x.type);
+}
+
+std::vector<Value> Builder::Sort(const std::vector<Value>& operands, int64_t dim, bool stable,
+                                 const std::function<Value(Builder&, const std::vector<Value>&)>& before) {
+  std::vector<TensorType> results, block;
+  for (const Value& v : operands) {
+    results.push_back(v.type);
+    block.push_back({v.dtype(), {}});
+    block.push_back({v.dtype(), {}});
+  }
+  std::string attrs = "dimension = " + std::to_string(dim) + " : i64, is_stable = " +
+                      (stable ? "true" : "false");
+  return OpWithRegion("stablehlo.sort", operands, results, attrs, block,
+                      [&](const std::vector<Value>& a) { RegionReturn({before(*this, a)}); });
+}
+
 Value Builder::MinValue(ElementType t) {
   switch (t) {
     case ElementType::Bool: return ConstantInt(t, 0);
@@ -497,6 +538,11 @@ std::vector<Value> Builder::ReduceN(
                       [&](const std::vector<Value>& args) { RegionReturn(body(*this, args)); });
 }
 
+Value Builder::RandomBits(Value state, const TensorType& type) {
+  return Op("stablehlo.rng_bit_generator", {state}, {state.type, type},
+            "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>")[1];
+}
+
 Value Builder::Reduce(Value x, Value init, const std::vector<int64_t>& dims,
                       const std::string& combiner) {
   return ReduceN({x}, {init}, dims, [&](Builder& b, const std::vector<Value>& a) {
@@ -560,6 +606,13 @@ Value Builder::Gather(Value x, Value indices, const std::vector<int64_t>& index_
 Value Builder::Scatter(Value x, Value indices, Value updates,
                        const std::vector<int64_t>& index_dims,
                        const std::string& combiner) {
+  return Scatter(x, indices, updates, index_dims, [&](Builder& b, Value old, Value update) {
+    return combiner == "assign" ? update : b.Binary(combiner, old, update);
+  });
+}
+
+Value Builder::Scatter(Value x, Value indices, Value updates, const std::vector<int64_t>& index_dims,
+                       const std::function<Value(Builder&, Value, Value)>& combine) {
   int64_t batch_rank = indices.rank() - 1;
   std::vector<int64_t> window_dims;
   for (int64_t i = batch_rank; i < updates.rank(); ++i) window_dims.push_back(i);
@@ -572,12 +625,59 @@ Value Builder::Scatter(Value x, Value indices, Value updates,
   TensorType scalar{x.dtype(), {}};
   return OpWithRegion("stablehlo.scatter", {x, indices, updates}, {x.type}, attrs,
                       {scalar, scalar}, [&](const std::vector<Value>& a) {
-                        if (combiner == "assign") {
-                          RegionReturn({a[1]});
-                        } else {
-                          RegionReturn({Binary(combiner, a[0], a[1])});
-                        }
+                        RegionReturn({combine(*this, a[0], a[1])});
                       })[0];
+}
+
+namespace {
+std::string PaddingAttr(const std::vector<int64_t>& lo, const std::vector<int64_t>& hi) {
+  std::string s = "dense<[";
+  for (size_t i = 0; i < lo.size(); ++i)
+    s += (i ? ", [" : "[") + std::to_string(lo[i]) + ", " + std::to_string(hi[i]) + "]";
+  return s + "]> : tensor<" + std::to_string(lo.size()) + "x2xi64>";
+}
+}  // namespace
+
+std::vector<Value> Builder::ReduceWindow(
+    const std::vector<Value>& xs, const std::vector<Value>& inits,
+    const std::vector<int64_t>& result_shape, const std::vector<int64_t>& window,
+    const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
+    const std::vector<int64_t>& pad_lo, const std::vector<int64_t>& pad_hi,
+    const std::function<std::vector<Value>(Builder&, const std::vector<Value>&)>& body) {
+  std::vector<Value> operands(xs);
+  operands.insert(operands.end(), inits.begin(), inits.end());
+  std::vector<TensorType> results, block_args;
+  for (const auto& x : xs) results.push_back(TensorType{x.dtype(), result_shape});
+  for (int rep = 0; rep < 2; ++rep)
+    for (const auto& x : xs) block_args.push_back(TensorType{x.dtype(), {}});
+  std::string attrs = "padding = " + PaddingAttr(pad_lo, pad_hi) +
+                      ", window_dilations = " + ArrayAttr(dilations) +
+                      ", window_dimensions = " + ArrayAttr(window) +
+                      ", window_strides = " + ArrayAttr(strides);
+  return OpWithRegion("stablehlo.reduce_window", operands, results, attrs, block_args,
+                      [&](const std::vector<Value>& args) { RegionReturn(body(*this, args)); });
+}
+
+Value Builder::TriangularSolve(Value a, Value rhs, bool left_side, bool lower, bool unit_diagonal,
+                               bool transpose_a) {
+  auto flag = [](bool v) { return v ? "true" : "false"; };
+  std::string attrs = std::string("left_side = ") + flag(left_side) + ", lower = " + flag(lower) +
+                      ", unit_diagonal = " + flag(unit_diagonal) +
+                      ", transpose_a = #stablehlo<transpose " +
+                      (transpose_a ? "TRANSPOSE" : "NO_TRANSPOSE") + ">";
+  return Op1("stablehlo.triangular_solve", {a, rhs}, rhs.type, attrs);
+}
+
+Value Builder::Convolution(Value lhs, Value rhs, const TensorType& result, const ConvGeometry& g) {
+  std::string attrs =
+      "batch_group_count = " + std::to_string(g.batch_groups) + " : i64" +
+      ", dimension_numbers = #stablehlo.conv<" + g.lhs_spec + "x" + g.rhs_spec + "->" + g.out_spec +
+      ">, feature_group_count = " + std::to_string(g.feature_groups) + " : i64" +
+      ", lhs_dilation = " + ArrayAttr(g.lhs_dilation) + ", padding = " + PaddingAttr(g.pad_lo, g.pad_hi) +
+      ", rhs_dilation = " + ArrayAttr(g.rhs_dilation) + ", window_strides = " + ArrayAttr(g.window_strides);
+  if (g.highest_precision)
+    attrs += ", precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]";
+  return Op1("stablehlo.convolution", {lhs, rhs}, result, attrs);
 }
 
 }  // namespace torch_tpu::hlo

@@ -68,6 +68,9 @@ class Builder {
   Value ConstantInt(ElementType t, int64_t v);  // exact for integers
   Value ConstantBits(ElementType t, uint64_t bits);  // raw bit pattern
   Value Splat(ElementType t, double v, const std::vector<int64_t>& shape);
+  // 1-D constants holding `v` (floats rounded to t first).
+  Value ConstantArray(ElementType t, const std::vector<double>& v);
+  Value ConstantIntArray(ElementType t, const std::vector<int64_t>& v);
   Value MinValue(ElementType t);  // lowest finite (or -inf for floats)
   Value MaxValue(ElementType t);
 
@@ -79,6 +82,9 @@ class Builder {
   Value Convert(Value x, ElementType t);  // no-op when same type
   Value BitcastConvert(Value x, ElementType t);
   Value Clamp(Value lo, Value x, Value hi);
+  Value IsFinite(Value x);  // i1 of x's shape
+  // Keeps XLA from folding or reordering through x (the value is unchanged).
+  Value OptimizationBarrier(Value x);
 
   // ---- shapes
   Value Reshape(Value x, const std::vector<int64_t>& shape);
@@ -97,6 +103,18 @@ class Builder {
   Value Reverse(Value x, const std::vector<int64_t>& dims);
   Value Pad(Value x, Value pad_value, const std::vector<int64_t>& low,
             const std::vector<int64_t>& high, const std::vector<int64_t>& interior);
+
+  // ---- sorting
+  // Sorts `operands` (same shape) together along `dim`; `before(b, [l0, r0,
+  // l1, r1, ...])` returns an i1: whether the element with scalars l* comes
+  // before the one with r*.
+  std::vector<Value> Sort(const std::vector<Value>& operands, int64_t dim, bool stable,
+                          const std::function<Value(Builder&, const std::vector<Value>&)>& before);
+
+  // ---- random numbers
+  // Random bits of `type` (an unsigned integer type) from a ui64[2] counter
+  // state, ThreeFry.
+  Value RandomBits(Value state, const TensorType& type);
 
   // ---- reductions and contractions
   // Reduces `x` over `dims` with the binary op `combiner` ("add", "maximum",
@@ -121,6 +139,32 @@ class Builder {
   // Inverse of Gather: writes (or, with combiner "add", accumulates) updates.
   Value Scatter(Value x, Value indices, Value updates,
                 const std::vector<int64_t>& index_dims, const std::string& combiner);
+  // Scatter whose combiner is `combine(b, old, update)` (rank-0 values).
+  Value Scatter(Value x, Value indices, Value updates, const std::vector<int64_t>& index_dims,
+                const std::function<Value(Builder&, Value, Value)>& combine);
+  // reduce_window over `xs` (with rank-0 `inits`) to `result_shape`; `body`
+  // gets 2 * xs.size() scalars (accumulators, then elements).
+  std::vector<Value> ReduceWindow(
+      const std::vector<Value>& xs, const std::vector<Value>& inits,
+      const std::vector<int64_t>& result_shape, const std::vector<int64_t>& window,
+      const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
+      const std::vector<int64_t>& pad_lo, const std::vector<int64_t>& pad_hi,
+      const std::function<std::vector<Value>(Builder&, const std::vector<Value>&)>& body);
+
+  // ---- linear algebra
+  // Solves op(a) x = rhs (left_side) or x op(a) = rhs for triangular a.
+  Value TriangularSolve(Value a, Value rhs, bool left_side, bool lower, bool unit_diagonal,
+                        bool transpose_a);
+
+  // ---- convolution
+  struct ConvGeometry {
+    // Dimension layouts, as in StableHLO: e.g. "[b, f, 0, 1]", "[o, i, 0, 1]".
+    std::string lhs_spec, rhs_spec, out_spec;
+    std::vector<int64_t> window_strides, pad_lo, pad_hi, lhs_dilation, rhs_dilation;
+    int64_t feature_groups = 1, batch_groups = 1;
+    bool highest_precision = false;
+  };
+  Value Convolution(Value lhs, Value rhs, const TensorType& result, const ConvGeometry& g);
 
  private:
   std::string NewName(int id) const { return "%" + std::to_string(id); }

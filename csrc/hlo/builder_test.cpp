@@ -155,5 +155,52 @@ TEST(Hlo, InvalidUseThrows) {
   EXPECT_THROW(b.ToText(), std::logic_error);
 }
 
+// The builder methods that hold syntax rules once wrote themselves: each
+// module compiles and computes what the op means.
+TEST(Hlo, SortCarriesOperandsAndCompiles) {
+  Builder b("sort");
+  Value x = b.Parameter({ElementType::F32, {4}});
+  Value idx = b.Iota({ElementType::I64, {4}}, 0);
+  auto r = b.Sort({x, idx}, 0, true, [](Builder& b, const std::vector<Value>& a) {
+    return b.Compare("GT", a[0], a[1]);  // descending
+  });
+  b.Return({r[0], b.Convert(r[1], ElementType::F32)});
+  EXPECT_EQ(RunF32(b.ToText(), {{3, 1, 4, 2}}, {{4}}, 4), (std::vector<float>{4, 3, 2, 1}));
+}
+
+TEST(Hlo, ReduceWindowCumulativeSum) {
+  Builder b("cumsum");
+  Value x = b.Parameter({ElementType::F32, {1, 4}});
+  Value s = b.ReduceWindow({x}, {b.Constant(ElementType::F32, 0)}, {1, 4}, {1, 4}, {1, 1}, {1, 1},
+                           {0, 3}, {0, 0}, [](Builder& b, const std::vector<Value>& v) {
+                             return std::vector<Value>{b.Binary("add", v[0], v[1])};
+                           })[0];
+  b.Return({s});
+  EXPECT_EQ(RunF32(b.ToText(), {{1, 2, 3, 4}}, {{1, 4}}, 4), (std::vector<float>{1, 3, 6, 10}));
+}
+
+TEST(Hlo, TriangularSolveAndIsFinite) {
+  Builder b("trsm");
+  Value a = b.Parameter({ElementType::F32, {2, 2}});
+  Value rhs = b.Parameter({ElementType::F32, {2, 1}});
+  Value x = b.TriangularSolve(a, rhs, true, true, false, false);
+  Value finite = b.Convert(b.IsFinite(x), ElementType::F32);
+  b.Return({b.Binary("multiply", x, finite)});
+  // [[2, 0], [1, 1]] x = [4, 3] -> x = [2, 1]
+  EXPECT_EQ(RunF32(b.ToText(), {{2, 0, 1, 1}, {4, 3}}, {{2, 2}, {2, 1}}, 2), (std::vector<float>{2, 1}));
+}
+
+TEST(Hlo, ConvolutionAndConstantArrays) {
+  Builder b("conv");
+  Value x = b.Parameter({ElementType::F32, {1, 1, 4}});
+  Value w = b.Reshape(b.ConstantArray(ElementType::F32, {1, -1}), {1, 1, 2});
+  Builder::ConvGeometry g{"[b, f, 0]", "[o, i, 0]", "[b, f, 0]", {1}, {0}, {0}, {1}, {1}, 1, 1, true};
+  Value y = b.Convolution(x, w, {ElementType::F32, {1, 1, 3}}, g);
+  Value k = b.Convert(b.ConstantIntArray(ElementType::I64, {1, 2, 3}), ElementType::F32);
+  b.Return({b.Binary("multiply", b.Reshape(y, {3}), k)});
+  // x = [1, 2, 4, 8]: windows x[i] - x[i+1] = [-1, -2, -4], times [1, 2, 3]
+  EXPECT_EQ(RunF32(b.ToText(), {{1, 2, 4, 8}}, {{1, 1, 4}}, 3), (std::vector<float>{-1, -4, -12}));
+}
+
 }  // namespace
 }  // namespace torch_tpu::hlo

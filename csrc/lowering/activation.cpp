@@ -85,26 +85,6 @@ std::string StringArg(const std::vector<Arg>& a, size_t i, const std::string& fa
   return i < a.size() && a[i].kind == K::String ? a[i].s : fallback;
 }
 
-// Uniform [0, 1) f32 values of `shape` from the generator state.
-Value Uniform01(Builder& b, Value state, const std::vector<int64_t>& shape) {
-  TensorType bits{ElementType::U32, shape};
-  Value r = b.Op("stablehlo.rng_bit_generator", {state}, {state.type, bits},
-                 "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>")[1];
-  Value mantissa = b.Binary("shift_right_logical", r,
-                            b.BroadcastInDim(b.ConstantInt(ElementType::U32, 9), shape, {}));
-  Value f = b.BitcastConvert(
-      b.Binary("or", mantissa,
-               b.BroadcastInDim(b.ConstantBits(ElementType::U32, 0x3F800000ULL), shape, {})),
-      ElementType::F32);
-  return b.Binary("subtract", f, b.Splat(ElementType::F32, 1.0, shape));
-}
-
-const Arg& GeneratorArg(const std::vector<Arg>& a) {
-  for (const Arg& x : a)
-    if (x.kind == K::Generator) return x;
-  throw std::logic_error("random rule called without a generator state");
-}
-
 // glu's halves of x (compute type) along dim: the first half and the
 // sigmoid of the second.
 struct Glu {
@@ -362,7 +342,7 @@ const bool registered = [] {
     Value kept = b.Binary("multiply", x, b.Convert(keep, x.dtype()));  // input.mul(mask)
     Value y = b.Binary("multiply", b.Convert(kept, ct), b.Splat(ct, scale, out.shape));
     if (scale == 0) {  // p == 1: x * 0 * 0, NaN for non-finite x (XLA folds x * 0 to 0)
-      Value finite = b.Op1("stablehlo.is_finite", {b.Convert(x, ct)}, TensorType{ElementType::Bool, out.shape});
+      Value finite = b.IsFinite(b.Convert(x, ct));
       y = b.Select(finite, b.Splat(ct, 0, out.shape), b.Splat(ct, NAN, out.shape));
     }
     return std::vector<Value>{b.Convert(y, out.dtype), b.Convert(keep, mask_t.dtype)};

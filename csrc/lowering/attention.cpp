@@ -72,13 +72,7 @@ Value StateFrom(Builder& b, Value seed, Value offset) {
 Value KeepMask(Builder& b, Value state, const std::vector<int64_t>& shape, double p) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  TensorType bits_t{E::U32, {n}};
-  Value bits = b.Op("stablehlo.rng_bit_generator", {state}, {state.type, bits_t},
-                    "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>")[1];
-  Value mant = b.Binary("shift_right_logical", bits, b.BroadcastInDim(b.ConstantInt(E::U32, 9), {n}, {}));
-  Value f = b.BitcastConvert(
-      b.Binary("or", mant, b.BroadcastInDim(b.ConstantBits(E::U32, 0x3F800000ULL), {n}, {})), E::F32);
-  Value u = b.Binary("subtract", f, b.Splat(E::F32, 1.0, {n}));
+  Value u = Uniform01(b, state, {n});
   return b.Reshape(b.Compare("GE", u, b.Splat(E::F32, p, {n})), shape);
 }
 

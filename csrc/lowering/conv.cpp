@@ -49,21 +49,19 @@ Value Conv(Context& c, Value lhs, Value rhs, const std::string& lhs_spec,
            const std::vector<int64_t>& lhs_dilation, const std::vector<int64_t>& rhs_dilation,
            int64_t feature_groups, int64_t batch_groups) {
   ElementType et = lhs.dtype();
-  ElementType acc = AccType(et);
-  std::string pad = "dense<[";
-  for (size_t i = 0; i < pad_lo.size(); ++i)
-    pad += (i ? ", [" : "[") + std::to_string(pad_lo[i]) + ", " + std::to_string(pad_hi[i]) + "]";
-  pad += "]> : tensor<" + std::to_string(pad_lo.size()) + "x2xi64>";
-  std::string attrs =
-      "batch_group_count = " + std::to_string(batch_groups) + " : i64" +
-      ", dimension_numbers = #stablehlo.conv<" + lhs_spec + "x" + rhs_spec + "->" + out_spec +
-      ">, feature_group_count = " + std::to_string(feature_groups) + " : i64" +
-      ", lhs_dilation = " + hlo::ArrayAttr(lhs_dilation) + ", padding = " + pad +
-      ", rhs_dilation = " + hlo::ArrayAttr(rhs_dilation) +
-      ", window_strides = " + hlo::ArrayAttr(window_strides);
-  if (et == ElementType::F32 && c.fp32_highest)
-    attrs += ", precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]";
-  return c.b.Op1("stablehlo.convolution", {lhs, rhs}, TensorType{acc, out}, attrs);
+  hlo::Builder::ConvGeometry g;
+  g.lhs_spec = lhs_spec;
+  g.rhs_spec = rhs_spec;
+  g.out_spec = out_spec;
+  g.window_strides = window_strides;
+  g.pad_lo = pad_lo;
+  g.pad_hi = pad_hi;
+  g.lhs_dilation = lhs_dilation;
+  g.rhs_dilation = rhs_dilation;
+  g.feature_groups = feature_groups;
+  g.batch_groups = batch_groups;
+  g.highest_precision = et == ElementType::F32 && c.fp32_highest;
+  return c.b.Convolution(lhs, rhs, TensorType{AccType(et), out}, g);
 }
 
 int64_t Dilated(int64_t size, int64_t dilation) {

@@ -150,11 +150,7 @@ std::vector<Value> LuFactorRule(Context& c, const std::vector<Arg>& a) {
 }
 
 Value TriangularSolve(Builder& b, Value a, Value rhs, bool lower, bool unit, bool transpose) {
-  std::string attrs = std::string("left_side = true, lower = ") + (lower ? "true" : "false") +
-                      ", unit_diagonal = " + (unit ? "true" : "false") +
-                      ", transpose_a = #stablehlo<transpose " +
-                      (transpose ? "TRANSPOSE" : "NO_TRANSPOSE") + ">";
-  return b.Op1("stablehlo.triangular_solve", {a, rhs}, rhs.type, attrs);
+  return b.TriangularSolve(a, rhs, /*left_side=*/true, lower, unit, transpose);
 }
 
 // out[..., i, :] = x[..., perm[..., i], :] (gather), or with scatter=true

@@ -345,7 +345,7 @@ const bool registered = [] {
     if (!hlo::IsFloat(x.dtype()))
       return std::vector<Value>{c.b.Splat(ElementType::Bool, 1, x.shape())};
     return std::vector<Value>{
-        c.b.Op1("stablehlo.is_finite", {x}, TensorType{ElementType::Bool, x.shape()})};
+        c.b.IsFinite(x)};
   });
 
   // ---- where, clamp

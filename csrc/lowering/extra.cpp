@@ -26,23 +26,15 @@ std::vector<int64_t> Range(int64_t n) {
 // Elementwise scatter (full coordinates over all dims) whose combiner
 // propagates NaN for maximum / minimum (as PyTorch's scatter_reduce does).
 Value ScatterNan(Builder& b, Value x, Value coords, Value updates, const std::string& combiner) {
-  int64_t rank = x.rank();
-  std::string dims = "[" + hlo::Ints(Range(rank)) + "]";
-  std::string attrs = "scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = " +
-                      dims + ", scatter_dims_to_operand_dims = " + dims +
-                      ", index_vector_dim = " + std::to_string(coords.rank() - 1) +
-                      ">, indices_are_sorted = false, unique_indices = false";
-  TensorType scalar{x.dtype(), {}};
-  bool is_float = hlo::IsFloat(x.dtype());
-  return b.OpWithRegion("stablehlo.scatter", {x, coords, updates}, {x.type}, attrs,
-                        {scalar, scalar}, [&](const std::vector<Value>& a) {
-                          Value r = b.Binary(combiner, a[0], a[1]);
-                          if (is_float && (combiner == "maximum" || combiner == "minimum")) {
-                            r = b.Select(b.Compare("NE", a[1], a[1]), a[1], r);
-                            r = b.Select(b.Compare("NE", a[0], a[0]), a[0], r);
-                          }
-                          b.RegionReturn({r});
-                        })[0];
+  bool nan_wins = hlo::IsFloat(x.dtype()) && (combiner == "maximum" || combiner == "minimum");
+  return b.Scatter(x, coords, updates, Range(x.rank()), [&](Builder& b, Value old, Value update) {
+    Value r = b.Binary(combiner, old, update);
+    if (nan_wins) {
+      r = b.Select(b.Compare("NE", update, update), update, r);
+      r = b.Select(b.Compare("NE", old, old), old, r);
+    }
+    return r;
+  });
 }
 
 // ---------------------------------------------------------------- index_copy
@@ -118,7 +110,7 @@ std::vector<Value> RoundDecimals(Context& c, const std::vector<Arg>& a) {
   // Behind an optimization barrier: XLA would turn a division by a constant
   // into a multiplication by its (inexact) reciprocal.
   Value ten = b.BroadcastInDim(
-      b.Op1("stablehlo.optimization_barrier", {b.Constant(ct, p)}, TensorType{ct, {}}), x.shape(),
+      b.OptimizationBarrier(b.Constant(ct, p)), x.shape(),
       {});
   Value r;
   if (neg) {
@@ -205,36 +197,12 @@ std::vector<Value> ScatterReduce(Context& c, const std::vector<Arg>& a) {
 
 // ---------------------------------------------------------------- multinomial
 
-const Arg& GeneratorArg(const std::vector<Arg>& a) {
-  for (const Arg& x : a)
-    if (x.kind == K::Generator) return x;
-  throw std::logic_error("random rule called without a generator state");
-}
-
-// Uniform f32 in [0, 1) from ThreeFry bits keyed by the generator state.
-Value Uniform01(Builder& b, Value state, const std::vector<int64_t>& shape) {
-  TensorType bits_t{E::U32, shape};
-  Value bits = b.Op("stablehlo.rng_bit_generator", {state}, {state.type, bits_t},
-                    "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>")[1];
-  Value mantissa = b.Binary("shift_right_logical", bits,
-                            b.BroadcastInDim(b.ConstantInt(E::U32, 9), shape, {}));
-  Value f = b.BitcastConvert(
-      b.Binary("or", mantissa, b.BroadcastInDim(b.ConstantBits(E::U32, 0x3F800000ULL), shape, {})),
-      E::F32);
-  return b.Binary("subtract", f, b.Splat(E::F32, 1.0, shape));
-}
-
 // Inclusive cumulative sum along the last dim of a [B, C] f32 value.
 Value CumsumLast(Builder& b, Value x) {
   int64_t rows = x.shape()[0], cols = x.shape()[1];
-  std::string attrs = "padding = dense<[[0, 0], [" + std::to_string(cols - 1) +
-                      ", 0]]> : tensor<2x2xi64>, window_dimensions = " +
-                      hlo::ArrayAttr({1, cols}) + ", window_strides = " + hlo::ArrayAttr({1, 1});
-  TensorType s{x.dtype(), {}};
-  return b.OpWithRegion("stablehlo.reduce_window", {x, b.ConstantInt(x.dtype(), 0)},
-                        {TensorType{x.dtype(), {rows, cols}}}, attrs, {s, s},
-                        [&](const std::vector<Value>& v) {
-                          b.RegionReturn({b.Binary("add", v[0], v[1])});
+  return b.ReduceWindow({x}, {b.ConstantInt(x.dtype(), 0)}, {rows, cols}, {1, cols}, {1, 1}, {1, 1},
+                        {0, cols - 1}, {0, 0}, [](Builder& b, const std::vector<Value>& v) {
+                          return std::vector<Value>{b.Binary("add", v[0], v[1])};
                         })[0];
 }
 
@@ -289,11 +257,8 @@ std::vector<Value> Multinomial(Context& c, const std::vector<Arg>& a) {
     Value keys = b.Binary("add", b.Unary("log", p), g);
     // Zero weights: -inf keys, never chosen (sort puts them last).
     keys = b.Select(nonzero, keys, b.BroadcastInDim(b.MinValue(E::F32), {rows, cats}, {}));
-    TensorType st{E::F32, {}}, it{E::I64, {}};
-    auto sorted = b.OpWithRegion(
-        "stablehlo.sort", {keys, iota_c}, {keys.type, iota_c.type},
-        "dimension = 1 : i64, is_stable = true", {st, st, it, it},
-        [&](const std::vector<Value>& v) { b.RegionReturn({b.Compare("GT", v[0], v[1])}); });
+    auto sorted = b.Sort({keys, iota_c}, 1, /*stable=*/true,
+                         [](Builder& b, const std::vector<Value>& v) { return b.Compare("GT", v[0], v[1]); });
     r = b.Slice(sorted[1], {0, 0}, {rows, n}, {1, 1});
   }
   return One(b.Reshape(b.Convert(r, out.dtype), out.shape));

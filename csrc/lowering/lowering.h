@@ -200,6 +200,12 @@ std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes);
 Value CheckedIndex(Context& c, Value idx, int64_t size, bool allow_negative,
                    const std::string& what);
 
+// Random numbers (random.cpp). The generator state argument of a random
+// rule; uniform values in [0, 1) of `shape` from it, f32 (f64 when wide),
+// built from the mantissa bits of ThreeFry output.
+const Arg& GeneratorArg(const std::vector<Arg>& args);
+Value Uniform01(Builder& b, Value state, const std::vector<int64_t>& shape, bool wide = false);
+
 // ---------------------------------------------------------------- views
 
 // Where a tensor lives inside its storage buffer (a 1-D array holding the

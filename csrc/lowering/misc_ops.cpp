@@ -37,19 +37,15 @@ Value AtLeast1d(Builder& b, Value x) { return x.rank() == 0 ? b.Reshape(x, {1}) 
 // (original positions). NaN sorts last; bools sort as ui8.
 std::pair<Value, Value> SortWithIndices(Builder& b, Value x, int64_t dim) {
   Value idx = b.Iota(TensorType{E::I64, x.shape()}, dim);
-  TensorType st{x.dtype(), {}}, it{E::I64, {}};
   bool is_float = hlo::IsFloat(x.dtype());
-  auto r = b.OpWithRegion(
-      "stablehlo.sort", {x, idx}, {x.type, idx.type},
-      "dimension = " + std::to_string(dim) + " : i64, is_stable = true", {st, st, it, it},
-      [&](const std::vector<Value>& a) {
-        Value before = b.Compare("LT", a[0], a[1]);
-        if (is_float) {  // a number comes before a NaN
-          Value lnan = b.Compare("NE", a[0], a[0]), rnan = b.Compare("NE", a[1], a[1]);
-          before = b.Binary("or", before, b.Binary("and", b.Unary("not", lnan), rnan));
-        }
-        b.RegionReturn({before});
-      });
+  auto r = b.Sort({x, idx}, dim, /*stable=*/true, [&](Builder& b, const std::vector<Value>& a) {
+    Value before = b.Compare("LT", a[0], a[1]);
+    if (is_float) {  // a number comes before a NaN
+      Value lnan = b.Compare("NE", a[0], a[0]), rnan = b.Compare("NE", a[1], a[1]);
+      before = b.Binary("or", before, b.Binary("and", b.Unary("not", lnan), rnan));
+    }
+    return before;
+  });
   return {r[0], r[1]};
 }
 
@@ -153,21 +149,11 @@ std::vector<Value> RandPerm(Context& c, const std::vector<Arg>& a) {
                                 " is too large for the result type " + limit.second);
   if (out.dtype == E::Bool) throw std::invalid_argument("randperm not implemented for 'Bool'");
   if (n == 0) return {b.Splat(out.dtype, 0, out.shape)};
-  const Arg* gen = nullptr;
-  for (const Arg& x : a)
-    if (x.kind == K::Generator) gen = &x;
-  if (!gen) throw std::logic_error("randperm: no generator state");
-  TensorType keys_t{E::U64, {n}};
-  Value keys = b.Op("stablehlo.rng_bit_generator", {gen->tensor}, {gen->tensor.type, keys_t},
-                    "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>")[1];
+  Value keys = b.RandomBits(GeneratorArg(a).tensor, TensorType{E::U64, {n}});
   Value idx = b.Iota(TensorType{E::I64, {n}}, 0);
-  TensorType kt{E::U64, {}}, it{E::I64, {}};
   // Stable: (astronomically unlikely) equal keys still give a permutation.
-  auto r = b.OpWithRegion("stablehlo.sort", {keys, idx}, {keys.type, idx.type},
-                          "dimension = 0 : i64, is_stable = true", {kt, kt, it, it},
-                          [&](const std::vector<Value>& v) {
-                            b.RegionReturn({b.Compare("LT", v[0], v[1])});
-                          });
+  auto r = b.Sort({keys, idx}, 0, /*stable=*/true,
+                  [](Builder& b, const std::vector<Value>& v) { return b.Compare("LT", v[0], v[1]); });
   return {b.Reshape(b.Convert(r[1], out.dtype), out.shape)};
 }
 
@@ -209,7 +195,7 @@ std::vector<Value> Histc(Context& c, const std::vector<Arg>& a) {
   hi = b.Select(equal, b.Binary("add", hi, one), hi);
   if (is_float) {
     auto finite = [&](Value v) {
-      return b.Op1("stablehlo.is_finite", {v}, TensorType{E::Bool, v.shape()});
+      return b.IsFinite(v);
     };
     c.Require(b.Binary("and", finite(lo), finite(hi)),
               "torch.histc: range of [min, max] is not finite");

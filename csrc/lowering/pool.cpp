@@ -40,39 +40,19 @@ std::optional<double> OptDouble(const std::vector<Arg>& a, size_t i) {
   return a[i].d;
 }
 
-std::string PaddingAttr(const std::vector<int64_t>& lo, const std::vector<int64_t>& hi) {
-  std::string s = "dense<[";
-  for (size_t i = 0; i < lo.size(); ++i)
-    s += (i ? ", [" : "[") + std::to_string(lo[i]) + ", " + std::to_string(hi[i]) + "]";
-  return s + "]> : tensor<" + std::to_string(lo.size()) + "x2xi64>";
-}
 
 // ---------------------------------------------------------------- constants
 
 Value ConstIndex(Builder& b, const std::vector<int64_t>& v) {
-  TensorType t{ElementType::I64, {static_cast<int64_t>(v.size())}};
-  return b.Op1("stablehlo.constant", {}, t, "value = dense<[" + hlo::Ints(v) + "]> : " + t.str());
+  return b.ConstantIntArray(ElementType::I64, v);
 }
 
 Value ConstFloat(Builder& b, ElementType dt, const std::vector<double>& v) {
-  TensorType t{dt, {static_cast<int64_t>(v.size())}};
-  std::string s;
-  char buf[64];
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (dt == ElementType::F64)
-      std::snprintf(buf, sizeof(buf), "%.17e", v[i]);
-    else
-      std::snprintf(buf, sizeof(buf), "%.9e", static_cast<double>(static_cast<float>(v[i])));
-    s += (i ? ", " : "") + std::string(buf);
-  }
-  return b.Op1("stablehlo.constant", {}, t, "value = dense<[" + s + "]> : " + t.str());
+  return b.ConstantArray(dt, v);
 }
 
 Value ConstBool(Builder& b, const std::vector<bool>& v) {
-  TensorType t{ElementType::Bool, {static_cast<int64_t>(v.size())}};
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::string(v[i] ? "true" : "false");
-  return b.Op1("stablehlo.constant", {}, t, "value = dense<[" + s + "]> : " + t.str());
+  return b.ConstantIntArray(ElementType::Bool, std::vector<int64_t>(v.begin(), v.end()));
 }
 
 // ---------------------------------------------------------------- separable maps
@@ -390,18 +370,7 @@ std::vector<Value> ReduceWindow(
     int64_t dk = (window[i] - 1) * dilations[i] + 1;
     shape.push_back(padded < dk ? 0 : (padded - dk) / strides[i] + 1);
   }
-  std::vector<Value> operands(xs);
-  operands.insert(operands.end(), inits.begin(), inits.end());
-  std::vector<TensorType> results, block_args;
-  for (const auto& x : xs) results.push_back(TensorType{x.dtype(), shape});
-  for (int rep = 0; rep < 2; ++rep)
-    for (const auto& x : xs) block_args.push_back(TensorType{x.dtype(), {}});
-  std::string attrs = "padding = " + PaddingAttr(lo, hi) +
-                      ", window_dilations = " + hlo::ArrayAttr(dilations) +
-                      ", window_dimensions = " + hlo::ArrayAttr(window) +
-                      ", window_strides = " + hlo::ArrayAttr(strides);
-  return b.OpWithRegion("stablehlo.reduce_window", operands, results, attrs, block_args,
-                        [&](const std::vector<Value>& args) { b.RegionReturn(body(b, args)); });
+  return b.ReduceWindow(xs, inits, shape, window, strides, dilations, lo, hi, body);
 }
 
 // Pooling geometry over the trailing n dims of x; lead dims get window 1.

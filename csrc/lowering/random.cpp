@@ -7,7 +7,6 @@
 #include "lowering/lowering.h"
 
 namespace torch_tpu::lowering {
-namespace {
 
 using K = Arg::Kind;
 
@@ -17,16 +16,8 @@ const Arg& GeneratorArg(const std::vector<Arg>& a) {
   throw std::logic_error("random rule called without a generator state");
 }
 
-// Random bits of `t`'s shape, ui32 (or ui64 when wide).
-Value Bits(Builder& b, Value state, const std::vector<int64_t>& shape, bool wide) {
-  TensorType bits{wide ? ElementType::U64 : ElementType::U32, shape};
-  return b.Op("stablehlo.rng_bit_generator", {state}, {state.type, bits},
-              "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>")[1];
-}
-
-// Uniform in [0, 1) of type F32 (or F64 when wide).
 Value Uniform01(Builder& b, Value state, const std::vector<int64_t>& shape, bool wide) {
-  Value bits = Bits(b, state, shape, wide);
+  Value bits = b.RandomBits(state, {wide ? ElementType::U64 : ElementType::U32, shape});
   ElementType ut = wide ? ElementType::U64 : ElementType::U32;
   ElementType ft = wide ? ElementType::F64 : ElementType::F32;
   int shift = wide ? 12 : 9;
@@ -37,6 +28,8 @@ Value Uniform01(Builder& b, Value state, const std::vector<int64_t>& shape, bool
       b.Binary("or", mantissa, b.BroadcastInDim(b.ConstantBits(ut, one), shape, {})), ft);
   return b.Binary("subtract", f, b.Splat(ft, 1.0, shape));
 }
+
+namespace {
 
 bool Wide(ElementType t) { return t == ElementType::F64 || t == ElementType::I64 || t == ElementType::U64; }
 
@@ -89,7 +82,7 @@ const bool registered = [] {
   // random_.from(self, int from, int? to, *, Generator?), random_.to, random_
   auto random_range = [](Context& c, Value state, int64_t from, uint64_t range) {
     const TensorType& out = c.outputs.at(0);
-    Value bits = Bits(c.b, state, out.shape, true);
+    Value bits = c.b.RandomBits(state, {ElementType::U64, out.shape});
     Value r = c.b.Binary("remainder", bits,
                          c.b.BroadcastInDim(c.b.ConstantBits(ElementType::U64, range), out.shape, {}));
     Value v = c.b.Binary("add", c.b.BitcastConvert(r, ElementType::I64),

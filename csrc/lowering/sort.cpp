@@ -18,12 +18,8 @@ std::pair<Value, Value> SortAlong(Builder& b, Value x, int64_t dim, bool descend
   E t = x.dtype();
   Value xv = t == E::Bool ? b.Convert(x, E::U8) : x;
   Value idx = b.Iota(TensorType{E::I64, x.shape()}, dim);
-  TensorType st{xv.dtype(), {}}, it{E::I64, {}};
   bool is_float = hlo::IsFloat(xv.dtype());
-  auto r = b.OpWithRegion(
-      "stablehlo.sort", {xv, idx}, {xv.type, idx.type},
-      "dimension = " + std::to_string(dim) + " : i64, is_stable = true", {st, st, it, it},
-      [&](const std::vector<Value>& a) {
+  auto r = b.Sort({xv, idx}, dim, /*stable=*/true, [&](Builder& b, const std::vector<Value>& a) {
         Value lhs = a[0], rhs = a[1];
         Value before = b.Compare(descending ? "GT" : "LT", lhs, rhs);
         if (is_float) {
@@ -33,7 +29,7 @@ std::pair<Value, Value> SortAlong(Builder& b, Value x, int64_t dim, bool descend
                                      : b.Binary("and", b.Unary("not", lnan), rnan);
           before = b.Binary("or", before, special);
         }
-        b.RegionReturn({before});
+        return before;
       });
   return {b.Convert(r[0], t), r[1]};
 }
