@@ -42,6 +42,7 @@ void RunInto(const std::string& name, const std::vector<c10::IValue>& inputs,
 void RecordFallback(const std::string& op);
 void RegisterGraphBindings(struct _object* module);  // torch_tpu._C._Graph (graph.cpp)
 void RegisterDistributedBindings(struct _object* module);  // _C._init_distributed (distributed.cpp)
+void RegisterCustomModuleBindings(struct _object* module);  // _C._run_custom_module (custom_module.cpp)
 
 // Fused eager (TORCH_TPU_DEFER_AND_FUSE=1 or torch_tpu.fused()): ops are
 // recorded into one module and run when a value is needed.
