@@ -106,6 +106,7 @@ def test_tuple_outputs_views_and_one_compile_per_signature():
         pair(x + 1, w_t)
     assert _stats()["compiles"] - after_first <= 1  # (x + 1 itself)
     assert after_first > before
+    assert _stats()["disk_misses"] > 0  # compiled through the disk tier (written for next time)
     h8, _ = pair(torch.tensor(xn[:4], device="tpu"), w_t)  # a new signature compiles
     np.testing.assert_allclose(_np(h8), ref_h[:4], **TOL)
 
@@ -163,6 +164,12 @@ def test_donate_argnums_consumes_the_input():
 def test_cpu_tensors_run_jax_on_cpu():
     x = torch.linspace(-2, 2, 12).reshape(3, 4)
     torch.testing.assert_close(sin_mul(x, x, 1.0), torch.sin(x) * x)
+
+
+def test_missing_jax_says_how_to_install(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setitem(__import__("sys").modules, "jax", None)  # `import jax` fails
+    with pytest.raises(ImportError, match="pip install jax==0.10.2 jaxlib==0.10.2"):
+        jax_op("jaxop_test::needs_jax", lambda x: x)
 
 
 def test_errors():
