@@ -162,9 +162,14 @@ def _returns(ann: Any, op: str) -> tuple[str, int]:
 
 
 def _signature_of(fn: Callable) -> inspect.Signature:
+    """The signature with string annotations (``from __future__ import
+    annotations``) evaluated; ``jax`` and ``torch`` resolve even where the
+    function's module imports them locally."""
+    names = {"jax": _jax(), "torch": torch, "typing": typing, "Optional": typing.Optional,
+             "Union": Union, "Sequence": Sequence}
     try:
-        return inspect.signature(fn, eval_str=True)
-    except (NameError, TypeError):
+        return inspect.signature(fn, eval_str=True, locals=names)
+    except (NameError, TypeError, SyntaxError):
         return inspect.signature(fn)
 
 
