@@ -215,7 +215,9 @@ py::object ArgToPython(const lowering::Arg& a) {
 }
 
 void RegisterCustomModuleRule(const std::string& op, py::function callback) {
-  auto cb = std::make_shared<py::function>(std::move(callback));
+  // Never freed: the rule table outlives the interpreter (a py::function
+  // released after Py_Finalize would touch a dead interpreter).
+  auto* cb = new py::function(std::move(callback));
   lowering::Register(
       "_tpu_graph::" + op, [cb, op](lowering::Context& c, const std::vector<lowering::Arg>& a) {
         py::gil_scoped_acquire gil;

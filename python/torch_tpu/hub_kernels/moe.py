@@ -12,7 +12,7 @@ executable per layer call instead of ~20 small ones; backward through
 
 The grouped matmul costs the ragged work, not tokens x experts: the sorted
 rows are cut into tiles of ``tile`` rows that each belong to one expert
-(``ceil(S / tile) + E`` tiles at most, a static count), and one batched
+(``ceil(S / tile) + min(E, S)`` tiles at most, a static count), and one batched
 ``tile x K @ K x N`` product runs every tile against its expert's weights.
 
 Register it once, then select it like any experts implementation::
@@ -83,7 +83,7 @@ def _op() -> Any:
         """Rows of ``x`` (sorted by expert, ``sizes`` rows each) times their expert's ``w``.
 
         The rows are cut into tiles that each belong to one expert (at most
-        ``ceil(S / tile) + E``); one batched product runs every tile against
+        ``ceil(S / tile) + min(E, S)``); one batched product runs every tile against
         its expert's weights, and each row is read back from its tile.
         """
         rows, k = x.shape
@@ -93,7 +93,7 @@ def _op() -> Any:
         tiles_per = (sizes + tile - 1) // tile
         tile_ends = jnp.cumsum(tiles_per)
         tile_starts = tile_ends - tiles_per
-        n_tiles = -(-rows // tile) + experts
+        n_tiles = -(-rows // tile) + min(experts, rows)  # at most min(E, S) experts are used
         t = jnp.arange(n_tiles)
         e = jnp.minimum(jnp.searchsorted(tile_ends, t, side="right"), experts - 1)
         index = (starts[e] + (t - tile_starts[e]) * tile)[:, None] + jnp.arange(tile)[None, :]
