@@ -509,13 +509,72 @@ def jax_op(name: str, fn: Callable | None = None, /, *, donate_argnums: Sequence
     return register if fn is None else register(fn)
 
 
-def custom_jax_kernel(fn: Callable | None = None, name: str | None = None, *,
-                      donate_argnums: Sequence[int] | None = None, **kwargs: Any) -> Any:
-    """Lower-level form of :func:`jax_op`: ``name`` defaults to
-    ``"torch_tpu_jax::<fn name>_<id>"``; returns the callable op."""
-    def register(fn: Callable) -> Any:
-        op_name = name if name and "::" in name else \
-            f"torch_tpu_jax::{name or getattr(fn, '__name__', 'kernel')}_{id(fn):x}"
-        return jax_op(op_name, fn, donate_argnums=donate_argnums, **kwargs)
+class _JaxKernel:
+    """What :func:`custom_jax_kernel` returns: a callable running a JAX function
+    on tpu tensors (any pytree of arguments), one export per signature."""
 
-    return register if fn is None else register(fn)
+    def __init__(self, fn: Callable, name: str, static_argnums: Sequence[int],
+                 donate_argnums: Sequence[int]) -> None:
+        self.fn, self.name = fn, name
+        self.static_argnums, self.donate_argnums = set(static_argnums), set(donate_argnums)
+        self._exports: dict[Any, tuple[_Export, Any]] = {}
+
+    def __call__(self, *args: Any) -> Any:
+        from torch.utils import _pytree as pytree  # noqa: PLC0415
+
+        leaves, tree = pytree.tree_flatten(list(args))
+        owner = [i for i, a in enumerate(args) for _ in pytree.tree_leaves(a)]
+        is_tensor = [isinstance(x, torch.Tensor) and owner[i] not in self.static_argnums
+                     for i, x in enumerate(leaves)]
+        key = (str(tree), tuple(("T", x.dtype, tuple(x.shape)) if t else ("S", x)
+                                for x, t in zip(leaves, is_tensor)))
+        if key not in self._exports:
+            self._exports[key] = self._export(key, leaves, is_tensor, tree)
+        e, out_tree = self._exports[key]
+        tensors = [x for x, t in zip(leaves, is_tensor) if t]
+        donate = [k for k, i in enumerate(i for i, t in enumerate(is_tensor) if t)
+                  if owner[i] in self.donate_argnums]
+        outs = _C._run_custom_module(e.key, e.text, tensors, e.outputs, donate)
+        return _jax().tree_util.tree_unflatten(out_tree, outs)
+
+    def _export(self, key: Any, leaves: list, is_tensor: list, tree: Any) -> tuple:
+        from torch.utils import _pytree as pytree  # noqa: PLC0415
+
+        jax = _jax()
+        out_tree: list = []
+
+        def body(values: list) -> list:
+            arrays = iter(values[0])
+            full = [next(arrays) if t else x for x, t in zip(leaves, is_tensor)]
+            out, treedef = jax.tree_util.tree_flatten(self.fn(*pytree.tree_unflatten(full, tree)))
+            out_tree.append(treedef)
+            return out
+
+        tensors = [("T", x.dtype, tuple(x.shape)) for x, t in zip(leaves, is_tensor) if t]
+        exporter = object.__new__(_JaxOp)
+        exporter.name, exporter.body = self.name, body
+        exporter.params = [_Param(inspect.Parameter("tensors", inspect.Parameter.POSITIONAL_ONLY,
+                                                    annotation=list[torch.Tensor]), self.name)]
+        return exporter._export((("L", tuple(tensors)),)), out_tree[-1]
+
+
+def custom_jax_kernel(jax_fn: Callable | None = None, name: str | None = None,
+                      static_argnums: Sequence[int] = (), donate_argnums: Sequence[int] | None = None,
+                      mesh: Any = None, input_partition_specs: Any = None,
+                      output_partition_specs: Any = None) -> Any:
+    """The lower-level form of :func:`jax_op`: returns a callable that runs
+    ``jax_fn`` on tpu tensors (arguments and results may be any pytrees; no
+    annotations needed). Arguments at ``static_argnums`` (and every
+    non-tensor) are compile-time values. It registers no torch op: no
+    autograd, and under ``torch.compile`` it runs between graphs. Without
+    ``jax_fn``, a decorator."""
+    if any(x is not None for x in (mesh, input_partition_specs, output_partition_specs)):
+        raise NotImplementedError("custom_jax_kernel: mesh / partition specs (multi-device "
+                                  "kernels) are not supported by torch_tpu yet; pass None")
+
+    def register(fn: Callable) -> _JaxKernel:
+        _jax()
+        return _JaxKernel(fn, name or getattr(fn, "__name__", "kernel"), static_argnums,
+                          donate_argnums or ())
+
+    return register if jax_fn is None else register(jax_fn)

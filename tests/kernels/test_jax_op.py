@@ -17,7 +17,7 @@ jax = pytest.importorskip("jax")  # scripts/install.sh pins jax==0.10.2
 import jax.numpy as jnp  # noqa: E402
 from jax.experimental import pallas as pl  # noqa: E402
 
-from torch.tpu.pallas import jax_op  # noqa: E402  (where TorchTPU users import it)
+from torch.tpu.pallas import custom_jax_kernel, jax_op  # noqa: E402  (where TorchTPU users import it)
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 
@@ -159,6 +159,18 @@ def test_donate_argnums_consumes_the_input():
     np.testing.assert_allclose(_np(x), np.full((4, 8), 2.0), **TOL)  # not donated
     with pytest.raises(RuntimeError, match="(?i)delet|donat"):
         acc.cpu()
+
+
+def test_custom_jax_kernel_takes_pytrees_and_static_args():
+    kernel = custom_jax_kernel(lambda d, n: {"a": d["x"] * n, "b": [d["y"] + 1, d["x"].sum()]},
+                               static_argnums=(1,))
+    assert torch_tpu.pallas.custom_jax_kernel is custom_jax_kernel
+    x = torch.arange(6.0, device="tpu").reshape(2, 3)
+    y = torch.ones(3, device="tpu")
+    out = kernel({"x": x, "y": y}, 3)
+    np.testing.assert_allclose(_np(out["a"]), np.arange(6.0).reshape(2, 3) * 3)
+    np.testing.assert_allclose(_np(out["b"][0]), np.full(3, 2.0))
+    assert out["b"][1].item() == 15.0
 
 
 def test_cpu_tensors_run_jax_on_cpu():
