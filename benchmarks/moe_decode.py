@@ -1,8 +1,9 @@
 """Greedy decode of a small Qwen3-MoE-style model: per-step time and executions
 per step for Transformers' experts implementations on tpu (``eager``,
 ``batched_mm``, ``grouped_mm``) and torch_tpu's fused kernel
-(``torch_tpu.hub_kernels.moe``, one op per MoE layer), next to PyTorch CPU
-eager of the same model, in one run. Tokens must be equal across all.
+(``torch_tpu.hub_kernels.moe``, one op per MoE layer; also under fused eager,
+``torch_tpu.fused()``), next to PyTorch CPU eager of the same model, in one
+run. Tokens must be equal across all.
 
     python benchmarks/moe_decode.py [--batch 1 8 64] [--steps 16]
 
@@ -71,7 +72,7 @@ def main() -> None:
     impls = ["eager", "batched_mm", "grouped_mm", moe.IMPLEMENTATION]
     print(f"Qwen3-MoE-style: {layers} layers, 32 experts, top-4, hidden 256; "
           f"{args.steps} greedy decode steps after an {args.prompt}-token prompt")
-    print(f"{'batch':>5} {'implementation':>16} {'ms/step':>9} {'exec/step':>10} "
+    print(f"{'batch':>5} {'implementation':>29} {'ms/step':>9} {'exec/step':>10} "
           f"{'experts ops/layer':>18} {'vs grouped_mm':>14} {'vs CPU':>7} tokens")
     for batch in args.batch:
         torch.manual_seed(1)
@@ -79,16 +80,18 @@ def main() -> None:
         cpu_model.set_experts_implementation("eager")
         ref, cpu_dt, _, _ = _decode(cpu_model, ids, args.steps, "cpu")
         rows = []
-        for impl in impls:
+        for impl, fuse in [(i, False) for i in impls] + [(moe.IMPLEMENTATION, True)]:
             tpu_model.set_experts_implementation(impl)
-            _decode(tpu_model, ids.to("tpu"), args.steps, "tpu")  # warm: compiles
-            toks, dt, execs, fused = _decode(tpu_model, ids.to("tpu"), args.steps, "tpu")
-            rows.append((impl, dt, execs, fused / layers, torch.equal(toks, ref)))
+            with torch_tpu.fused(fuse):
+                _decode(tpu_model, ids.to("tpu"), args.steps, "tpu")  # warm: compiles
+                toks, dt, execs, fused = _decode(tpu_model, ids.to("tpu"), args.steps, "tpu")
+            name = impl + (" +fused eager" if fuse else "")
+            rows.append((name, dt, execs, fused / layers, torch.equal(toks, ref)))
         grouped = dict((r[0], r[1]) for r in rows)["grouped_mm"]
-        print(f"{batch:>5} {'CPU eager':>16} {cpu_dt * 1e3:>9.1f} {'':>10} {'':>18} "
+        print(f"{batch:>5} {'CPU eager':>29} {cpu_dt * 1e3:>9.1f} {'':>10} {'':>18} "
               f"{grouped / cpu_dt:>13.2f}x {1.0:>6.2f}x ref")
         for impl, dt, execs, per_layer, same in rows:
-            print(f"{batch:>5} {impl:>16} {dt * 1e3:>9.1f} {execs:>10.1f} {per_layer:>18.1f} "
+            print(f"{batch:>5} {impl:>29} {dt * 1e3:>9.1f} {execs:>10.1f} {per_layer:>18.1f} "
                   f"{grouped / dt:>13.2f}x {cpu_dt / dt:>6.2f}x {'equal' if same else 'DIFFER'}")
 
 
