@@ -102,3 +102,21 @@ def test_unsupported_layouts_run_grouped_mm() -> None:
     module = _experts("qwen3_moe")
     module.has_bias = True  # a layout the fused kernel does not cover
     assert not moe.supports(module)
+
+
+def test_inside_torch_compile() -> None:
+    moe.register()
+    module = _experts("qwen3_moe")
+    h, idx, w = _inputs(tokens=6)
+    module.config._experts_implementation = "grouped_mm"
+    with torch.no_grad():
+        ref = module(h, idx, w)
+    module = module.to("tpu")
+    module.config._experts_implementation = moe.IMPLEMENTATION
+    torch_tpu.compile.reset_stats()
+    compiled = torch.compile(lambda *a: module(*a) * 2, backend="tpu", fullgraph=True)
+    with torch.no_grad():
+        out = compiled(h.to("tpu"), idx.to("tpu"), w.to("tpu"))
+    st = torch_tpu.compile.stats()
+    assert st["fallback_graphs"] == 0 and st["native_graphs"] == st["graphs"] >= 1, st
+    torch.testing.assert_close(out.cpu(), ref * 2, **TOL)

@@ -141,13 +141,17 @@ def experts_forward(self: Any, hidden_states: torch.Tensor, top_k_index: torch.T
         from transformers.integrations.moe import grouped_mm_experts_forward
 
         return grouped_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights)
-    return _op()(hidden_states, top_k_index, top_k_weights, self.gate_up_proj, self.down_proj,
-                 _activation(self), bool(self.is_transposed))
+    if not torch.compiler.is_compiling():
+        _op()  # registers the op (torch.compile then sees torch.ops.torch_tpu_kernels.*)
+    return torch.ops.torch_tpu_kernels.moe_experts(
+        hidden_states, top_k_index, top_k_weights, self.gate_up_proj, self.down_proj,
+        _activation(self), bool(self.is_transposed))
 
 
 def register(name: str = IMPLEMENTATION) -> str:
     """Adds :func:`experts_forward` to Transformers' ``ALL_EXPERTS_FUNCTIONS``."""
     from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
 
+    _op()
     ALL_EXPERTS_FUNCTIONS.register(name, experts_forward)
     return name
