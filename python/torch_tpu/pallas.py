@@ -196,6 +196,7 @@ class _JaxOp:
         self.donate_params = set(donate)
         self._exports: dict[tuple, _Export] = {}
         self._avals: dict[tuple, list] = {}
+        self._cpu_fns: dict[tuple, Any] = {}  # jitted per signature (CPU tensors)
         schema = "(" + _params_schema(params) + ") -> " + self.returns
         self.op = torch.library.custom_op(name, self._cpu, mutates_args=(), schema=schema)
         self.op.register_fake(self._fake)
@@ -336,7 +337,9 @@ class _JaxOp:
             arrays = [jax.device_put(t.detach().contiguous().numpy() if t.dtype != torch.bfloat16
                                      else t.detach().view(torch.int16).numpy().view("bfloat16"), cpu)
                       for t in self.tensors(values)]
-            outs = jax.jit(self.flat_fn(sig))(*arrays)
+            if sig not in self._cpu_fns:
+                self._cpu_fns[sig] = jax.jit(self.flat_fn(sig))
+            outs = self._cpu_fns[sig](*arrays)
         return self.pack([_from_jax(o) for o in outs])
 
     def _graph_module(self, args: list) -> str:
