@@ -12,7 +12,7 @@
 //     of the same dtype and size (tf.aliasing_output); a donated tensor is
 //     consumed: reading it afterwards raises an error, as in JAX.
 //   _C._register_custom_module_rule(op, callback)
-//     A torch.compile lowering rule for the custom op `op` ("ns::name"):
+//     A torch.compile lowering rule (Scope::Graph) for the custom op `op` ("ns::name"):
 //     callback(args) returns the module text for the node's arguments
 //     (("tensor", dtype, shape) for tensors, Python values otherwise); the
 //     module is embedded into the graph's module and called with func.call,
@@ -128,7 +128,7 @@ std::vector<at::Tensor> DenseInputs(const std::vector<at::Tensor>& inputs) {
       dense[i] = t;
     } else {
       dense[i] = at::empty(t.sizes(), t.options());
-      RunInto("_tpu_copy", {t}, dense[i]);
+      RunInto(kCopyRule, {t}, dense[i]);
     }
   }
   return dense;
@@ -219,7 +219,7 @@ void RegisterCustomModuleRule(const std::string& op, py::function callback) {
   // released after Py_Finalize would touch a dead interpreter).
   auto* cb = new py::function(std::move(callback));
   lowering::Register(
-      "_tpu_graph::" + op, [cb, op](lowering::Context& c, const std::vector<lowering::Arg>& a) {
+      op, [cb, op](lowering::Context& c, const std::vector<lowering::Arg>& a) {
         py::gil_scoped_acquire gil;
         py::list args;
         std::vector<Value> tensors;
@@ -233,7 +233,8 @@ void RegisterCustomModuleRule(const std::string& op, py::function callback) {
         std::string text = (*cb)(args).cast<std::string>();
         std::string callee = c.b.EmbedModule(text);
         return c.b.Call(callee, tensors, c.outputs);
-      });
+      },
+      {}, lowering::Scope::Graph);
 }
 
 }  // namespace

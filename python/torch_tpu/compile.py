@@ -364,7 +364,7 @@ class _Compiled:
                     continue
                 if not node.target._schema.name.startswith("aten::"):
                     # A custom op lowers through its own rule, if it has one
-                    # (torch_tpu.pallas.jax_op registers "_tpu_graph::ns::name").
+                    # (torch_tpu.pallas.jax_op registers a Graph-scope rule "ns::name").
                     name = node.target._schema.name
                 if node.target._schema.is_mutable:
                     missing.append(name)
