@@ -25,6 +25,9 @@ PY="${PYTHON:-python3}"
 "$PY" -m pip install -q torch==2.13.0 diffusers==0.42.1 pillow==13.0.0 importlib_metadata==10.2.0 zipp==4.1.2 lazy-importer==0.1.0
 # Hugging Face kernels (tests/hf/test_kernels.py): its deps do not touch torch.
 "$PY" -m pip install -q torch==2.13.0 kernels==0.17.2
+# JAX (optional for users; tests/kernels): torch_tpu.pallas.jax_op exports
+# JAX functions and Pallas kernels to StableHLO. Needs no torch.
+"$PY" -m pip install -q jax==0.10.2 jaxlib==0.10.2
 # Build against the installed torch: no isolated build env (it would
 # download another torch).
 "$PY" -m pip install -q --no-build-isolation --no-deps -e .

@@ -182,6 +182,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_tpu native core";
   RegisterGraphBindings(m);
   torch_tpu::aten::RegisterDistributedBindings(m.ptr());
+  torch_tpu::aten::RegisterCustomModuleBindings(m.ptr());
   m.def("_register", &torch_tpu::aten::RegisterDevice);
   m.def("_configure", &torch_tpu::aten::ConfigurePlugin);
   m.def("_is_initialized", &torch_tpu::runtime::Runtime::IsInitialized);

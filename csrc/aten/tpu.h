@@ -45,6 +45,7 @@ void RecordFallback(const std::string& op);
 // Registers the device with PyTorch (hooks, allocator, the op table).
 void RegisterDevice();
 void RegisterDistributedBindings(struct _object* module);  // _C._init_distributed (distributed.cpp)
+void RegisterCustomModuleBindings(struct _object* module);  // _C._run_custom_module (custom_module.cpp)
 
 // The pieces of the device (allocator.cpp, hooks.cpp, generator.cpp).
 c10::DeviceAllocator* DeviceAllocator();

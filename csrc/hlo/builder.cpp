@@ -1,5 +1,7 @@
 #include "hlo/builder.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -266,7 +268,105 @@ std::string Builder::ToText() const {
     s += (i ? ", " : "") + result_types_[i].str();
   s += ") {\n";
   for (const auto& line : lines_) s += line + "\n";
-  return s + "  }\n}\n";
+  s += "  }\n";
+  for (const auto& f : functions_) s += f;
+  return s + "}\n";
+}
+
+// ------------------------------------------------------------------ embedded modules
+
+namespace {
+
+bool IsSymbolChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$' || c == '.';
+}
+
+// The body of `module ... {` ... `}`: the lines between the header line and
+// the closing line.
+std::string ModuleBody(const std::string& text) {
+  size_t start = text.find_first_not_of(" \t\n");
+  if (start == std::string::npos || text.compare(start, 6, "module") != 0)
+    throw std::invalid_argument(
+        "embedded module: the text must start with `module` (print it without locations "
+        "and attribute aliases)");
+  size_t header_end = text.find('\n', start);
+  size_t close = text.find_last_not_of(" \t\n");
+  if (header_end == std::string::npos || text[close] != '}' || text[header_end - 1] != '{')
+    throw std::invalid_argument("embedded module: expected `module ... {` ... `}` on their own lines");
+  size_t last_line = text.rfind('\n', close);
+  if (last_line == std::string::npos || last_line < header_end)
+    throw std::invalid_argument("embedded module: no closing line");
+  return text.substr(header_end + 1, last_line + 1 - (header_end + 1));
+}
+
+// Names defined by `func.func [public|private] @name` in `body`.
+std::vector<std::string> FunctionNames(const std::string& body) {
+  std::vector<std::string> names;
+  const std::string tag = "func.func ";
+  for (size_t at = body.find(tag); at != std::string::npos; at = body.find(tag, at + 1)) {
+    size_t sym = body.find('@', at);
+    size_t eol = body.find('\n', at);
+    if (sym == std::string::npos || sym > eol) continue;
+    size_t end = sym + 1;
+    while (end < body.size() && IsSymbolChar(body[end])) ++end;
+    names.push_back(body.substr(sym + 1, end - sym - 1));
+  }
+  return names;
+}
+
+// `body` with every reference to a symbol in `names` prefixed (outside
+// string literals) and public functions made private.
+std::string RenameSymbols(const std::string& body, const std::vector<std::string>& names,
+                          const std::string& prefix) {
+  std::string out;
+  bool in_string = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    char c = body[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < body.size()) out += body[++i];
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    if (c != '@') {
+      out += c;
+      continue;
+    }
+    size_t end = i + 1;
+    while (end < body.size() && IsSymbolChar(body[end])) ++end;
+    std::string name = body.substr(i + 1, end - i - 1);
+    bool ours = std::find(names.begin(), names.end(), name) != names.end();
+    out += "@" + (ours ? prefix + name : name);
+    i = end - 1;
+  }
+  const std::string pub = "func.func public @";
+  for (size_t at = out.find(pub); at != std::string::npos; at = out.find(pub, at))
+    out.replace(at, pub.size(), "func.func private @");
+  return out;
+}
+
+}  // namespace
+
+std::string Builder::EmbedModule(const std::string& module_text) {
+  auto it = embedded_.find(module_text);
+  if (it != embedded_.end()) return it->second;
+  if (module_text.find("loc(") != std::string::npos || module_text.find("\n#") != std::string::npos)
+    throw std::invalid_argument("embedded module: print it without locations and aliases");
+  std::string body = ModuleBody(module_text);
+  std::vector<std::string> names = FunctionNames(body);
+  if (std::find(names.begin(), names.end(), "main") == names.end())
+    throw std::invalid_argument("embedded module: no func.func @main");
+  std::string prefix = "m" + std::to_string(embedded_.size()) + "_";
+  functions_.push_back(RenameSymbols(body, names, prefix));
+  std::string callee = prefix + "main";
+  embedded_.emplace(module_text, callee);
+  return callee;
+}
+
+std::vector<Value> Builder::Call(const std::string& callee, const std::vector<Value>& args,
+                                 const std::vector<TensorType>& results) {
+  return Op("func.call", args, results, "callee = @" + callee);
 }
 
 // ------------------------------------------------------------------ constants

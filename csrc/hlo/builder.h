@@ -166,6 +166,17 @@ class Builder {
   };
   Value Convolution(Value lhs, Value rhs, const TensorType& result, const ConvGeometry& g);
 
+  // ---- functions of other modules
+  // Adds the functions of a complete module (e.g. one jax.export printed,
+  // without locations) to this module as private functions, renamed with a
+  // fresh prefix so they cannot clash, and returns the symbol of its
+  // `@main`. The same text embedded twice is added once. Throws
+  // std::invalid_argument for text that is not one module of functions.
+  std::string EmbedModule(const std::string& module_text);
+  // func.call of `callee` (a symbol EmbedModule returned).
+  std::vector<Value> Call(const std::string& callee, const std::vector<Value>& args,
+                          const std::vector<TensorType>& results);
+
  private:
   std::string NewName(int id) const { return "%" + std::to_string(id); }
   std::string Ref(const Value& v) const;
@@ -179,6 +190,8 @@ class Builder {
   std::vector<TensorType> result_types_;
   std::vector<std::string> lines_;
   std::unordered_map<int, std::string> aliases_;  // id -> "%N#i"
+  std::vector<std::string> functions_;  // embedded functions, printed after main
+  std::unordered_map<std::string, std::string> embedded_;  // module text -> callee
   int indent_ = 2;
   bool returned_ = false;
 };

@@ -200,6 +200,41 @@ TEST(Hlo, ConvolutionAndConstantArrays) {
   b.Return({b.Binary("multiply", b.Reshape(y, {3}), k)});
   // x = [1, 2, 4, 8]: windows x[i] - x[i+1] = [-1, -2, -4], times [1, 2, 3]
   EXPECT_EQ(RunF32(b.ToText(), {{1, 2, 4, 8}}, {{1, 1, 4}}, 3), (std::vector<float>{-1, -4, -12}));
+
+// A module as jax.export prints it (custom_jax_kernel / jax_op): its
+// functions become private, renamed callees of func.call; a string
+// attribute naming a symbol is left alone; the same text embeds once.
+TEST(Hlo, EmbeddedModuleIsCalledAndRuns) {
+  const std::string exported =
+      "module @jit_f attributes {mhlo.num_partitions = 1 : i32} {\n"
+      "  func.func public @main(%arg0: tensor<2x3xf32> {mhlo.layout_mode = \"default\"}) -> "
+      "(tensor<2x3xf32> {jax.result_info = \"@main\"}) {\n"
+      "    %0 = call @double(%arg0) : (tensor<2x3xf32>) -> tensor<2x3xf32>\n"
+      "    return %0 : tensor<2x3xf32>\n"
+      "  }\n"
+      "  func.func private @double(%arg0: tensor<2x3xf32>) -> tensor<2x3xf32> {\n"
+      "    %0 = stablehlo.add %arg0, %arg0 : tensor<2x3xf32>\n"
+      "    return %0 : tensor<2x3xf32>\n"
+      "  }\n"
+      "}\n";
+  Builder b("outer");
+  TensorType flat{ElementType::F32, {6}}, t{ElementType::F32, {2, 3}};
+  Value x = b.Parameter(flat);
+  std::string callee = b.EmbedModule(exported);
+  EXPECT_EQ(callee, "m0_main");
+  EXPECT_EQ(b.EmbedModule(exported), callee);
+  Value once = b.Call(callee, {b.Reshape(x, {2, 3})}, {t})[0];
+  Value twice = b.Call(callee, {once}, {t})[0];
+  b.Return({b.Reshape(twice, {6})});
+  std::string text = b.ToText();
+  EXPECT_NE(text.find("func.func private @m0_main("), std::string::npos) << text;
+  EXPECT_NE(text.find("call @m0_double("), std::string::npos) << text;
+  EXPECT_NE(text.find("jax.result_info = \"@main\""), std::string::npos) << text;
+  EXPECT_EQ(text.find("func.func public @main(%arg0"), std::string::npos) << text;
+  auto out = RunF32(text, {{1, 2, 3, 4, 5, 6}}, {{6}}, 6);
+  EXPECT_EQ(out, (std::vector<float>{4, 8, 12, 16, 20, 24}));
+  EXPECT_THROW(b.EmbedModule("func.func @main() { }"), std::invalid_argument);
+  EXPECT_THROW(b.EmbedModule("module {\n  func.func @f() {\n  }\n}\n"), std::invalid_argument);
 }
 
 }  // namespace

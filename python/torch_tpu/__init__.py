@@ -57,6 +57,7 @@ def _setup() -> None:
     from . import device as _device_module
 
     torch._register_device_module("tpu", _device_module)
+    sys.modules["torch.tpu.pallas"] = _device_module.pallas  # `from torch.tpu.pallas import jax_op`
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
@@ -92,5 +93,6 @@ from . import distributed as _distributed  # noqa: E402
 _distributed._install()
 from .device import get_platform  # noqa: E402,F401
 from .fusion import fused  # noqa: E402
+from . import pallas  # noqa: E402,F401  (torch_tpu.pallas.jax_op)
 
-__all__ = ["debug", "fused", "get_platform"]
+__all__ = ["debug", "fused", "get_platform", "pallas"]

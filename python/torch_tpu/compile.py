@@ -362,7 +362,11 @@ class _Compiled:
                         continue
                     self._mutation(node, input_index, env, mutations)
                     continue
-                if not node.target._schema.name.startswith("aten::") or node.target._schema.is_mutable:
+                if not node.target._schema.name.startswith("aten::"):
+                    # A custom op lowers through its own rule, if it has one
+                    # (torch_tpu.pallas.jax_op registers a Graph-scope rule "ns::name").
+                    name = node.target._schema.name
+                if node.target._schema.is_mutable:
                     missing.append(name)
                     continue
                 if not _has_rule(name):

@@ -7,6 +7,7 @@ from typing import Any, Iterator, Union
 import torch
 
 from . import _C
+from . import pallas  # noqa: F401  (torch.tpu.pallas.jax_op; imports JAX only when used)
 
 _DeviceLike = Union[int, str, torch.device, None]
 

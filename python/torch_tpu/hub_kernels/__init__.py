@@ -12,6 +12,11 @@ and ``<repo>/build``; hub repositories use the latter, which this project's
 ``@use_kernel_forward_from_hub("RMSNorm")`` (Transformers' LlamaRMSNorm and
 friends) by one fused, natively lowered ``aten::_fused_rms_norm``.
 
+``moe`` (a module, not a kernel repository): the whole MoE experts forward
+as ONE ``torch.tpu.pallas.jax_op``, registered as a Transformers experts
+implementation (``moe.register()``, then
+``model.set_experts_implementation("torch_tpu_fused")``).
+
 Usage (no other change to the model code)::
 
     from kernels import Mode, kernelize, use_kernel_mapping
