@@ -667,6 +667,30 @@ std::vector<Value> Builder::While(
   return outs;
 }
 
+std::vector<Value> Builder::If(Value pred, const std::vector<TensorType>& results,
+                               const std::function<std::vector<Value>()>& on_true,
+                               const std::function<std::vector<Value>()>& on_false) {
+  int base = next_id_;
+  next_id_ += 1;
+  std::string lhs = NewName(base) + (results.size() > 1 ? ":" + std::to_string(results.size()) : "");
+  Emit(lhs + " = \"stablehlo.if\"(" + Ref(pred) + ") ({");
+  indent_ += 2;
+  RegionReturn(on_true());
+  indent_ -= 2;
+  Emit("}, {");
+  indent_ += 2;
+  RegionReturn(on_false());
+  indent_ -= 2;
+  Emit("}) : " + Signature({pred}, results));
+  std::vector<Value> outs;
+  for (size_t i = 0; i < results.size(); ++i) {
+    Value v{next_id_++, results[i]};
+    aliases_[v.id] = results.size() > 1 ? NewName(base) + "#" + std::to_string(i) : NewName(base);
+    outs.push_back(v);
+  }
+  return outs;
+}
+
 Value Builder::Cholesky(Value a, bool lower) {
   return Op1("stablehlo.cholesky", {a}, a.type, std::string("lower = ") + (lower ? "true" : "false"));
 }

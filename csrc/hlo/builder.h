@@ -138,6 +138,11 @@ class Builder {
       const std::vector<Value>& init,
       const std::function<Value(const std::vector<Value>&)>& cond,
       const std::function<std::vector<Value>(const std::vector<Value>&)>& body);
+  // stablehlo.if: runs `on_true` or `on_false` (each returns values of the
+  // types `results`) depending on the rank-0 i1 `pred`.
+  std::vector<Value> If(Value pred, const std::vector<TensorType>& results,
+                        const std::function<std::vector<Value>()>& on_true,
+                        const std::function<std::vector<Value>()>& on_false);
   // stablehlo.cholesky of [..., n, n]; only the `lower` (or upper) triangle
   // of the result is meaningful; non-positive-definite inputs give NaNs.
   Value Cholesky(Value a, bool lower);

@@ -123,6 +123,22 @@ TEST(Hlo, WhileLoopCapturesOuterValues) {
   EXPECT_FLOAT_EQ(out[1], -24);
 }
 
+TEST(Hlo, IfRunsOneBranch) {
+  Builder b;
+  Value x = b.Parameter(TensorType{ElementType::F32, {2}});
+  Value pred = b.Compare("GT", b.Reduce(x, b.Constant(ElementType::F32, 0), {0}, "add"),
+                         b.Constant(ElementType::F32, 0));
+  auto r = b.If(
+      pred, {x.type}, [&] { return std::vector<Value>{b.Binary("add", x, x)}; },
+      [&] { return std::vector<Value>{b.Unary("negate", x)}; });
+  b.Return({r[0]});
+  EXPECT_NE(b.ToText().find("\"stablehlo.if\""), std::string::npos);
+  auto pos = RunF32(b.ToText(), {{1, 2}}, {{2}}, 2);
+  EXPECT_FLOAT_EQ(pos[0], 2);
+  auto neg = RunF32(b.ToText(), {{-1, -2}}, {{2}}, 2);
+  EXPECT_FLOAT_EQ(neg[1], 2);
+}
+
 TEST(Hlo, CholeskyTriangularSolveAndQrCustomCall) {
   // A = [[4, 2], [2, 5]] = L L^T with L = [[2, 0], [1, 2]]; L x = [2, 5] -> x = [1, 2].
   Builder b;

@@ -69,22 +69,51 @@ Value PadLast2(Builder& b, Value x, int64_t rows, int64_t cols) {
 
 // ---------------------------------------------------------------- Cholesky
 
-// L (lower) or U (upper) with A = L L^T = U^T U, and LAPACK-style info.
+// LAPACK potrf's info for symmetric s: the order (1-based) of the first
+// leading minor that is not positive definite, 0 if none (Sylvester: the
+// pivots of elimination without pivoting).
+Value FirstNonPositiveMinor(Builder& b, Value s) {
+  int64_t r = s.rank(), n = Rows(s);
+  std::vector<int64_t> batch = BatchOf(s.shape());
+  ElementType t = s.dtype();
+  auto out = ForLoop(b, 0, n, {s, b.Splat(E::I32, 0, batch)},
+                     [&](Value k, const std::vector<Value>& v) {
+    Value m = v[0], info = v[1];
+    const std::vector<int64_t>& shape = m.shape();
+    Value row = b.Iota(TensorType{E::I64, shape}, r - 2);
+    Value col = b.Iota(TensorType{E::I64, shape}, r - 1);
+    Value row_k = MaskedSum(b, b.Compare("EQ", row, Bcast(b, k, shape)), m, r - 2);  // [..., n]
+    Value d = TakeLast(b, row_k, k);
+    Value ok = b.Compare("GT", d, b.Splat(t, 0, batch));  // false for NaN too
+    Value first = b.Binary("and", b.Unary("not", ok), b.Compare("EQ", info, b.Splat(E::I32, 0, batch)));
+    Value k1 = b.Convert(b.Binary("add", Bcast(b, k, batch), b.Splat(E::I64, 1, batch)), E::I32);
+    info = b.Select(first, k1, info);
+    Value l = b.Binary("divide", row_k, b.BroadcastInDim(d, row_k.shape(), Iota(r - 2)));
+    Value outer = b.Binary("multiply", b.BroadcastInDim(row_k, shape, Without(r, r - 1)),
+                           b.BroadcastInDim(l, shape, Without(r, r - 2)));
+    Value trailing = b.Binary("and", b.Compare("GT", row, Bcast(b, k, shape)),
+                              b.Compare("GT", col, Bcast(b, k, shape)));
+    m = b.Select(trailing, b.Binary("subtract", m, outer), m);
+    return std::vector<Value>{m, info};
+  });
+  return out[1];
+}
+
+// L (lower) or U (upper) with A = L L^T = U^T U, and LAPACK-style info
+// (computed by elimination only when the factorization failed).
 std::pair<Value, Value> CholeskyOf(Builder& b, Value a, bool upper) {
-  Value l = b.Cholesky(Symmetrize(b, a, !upper), true);
+  Value s = Symmetrize(b, a, !upper);
+  Value l = b.Cholesky(s, true);
   l = Masked(b, TriangleMask(b, l.shape(), "GE"), l);
   Value d = Diagonal(b, l);
   ElementType t = d.dtype();
-  Value bad = b.Unary("not", b.Binary("and", b.Compare("GT", d, b.Splat(t, 0, d.shape())),
-                                      b.Compare("LT", d, b.Splat(t, INFINITY, d.shape()))));
-  int64_t r = d.rank(), n = d.shape().back();
-  Value pos = b.Iota(TensorType{E::I32, d.shape()}, r - 1);
-  Value first = b.Reduce(b.Select(bad, pos, b.Splat(E::I32, n, d.shape())),
-                         b.ConstantInt(E::I32, n), {r - 1}, "minimum");
+  Value good = b.Binary("and", b.Compare("GT", d, b.Splat(t, 0, d.shape())),
+                        b.Compare("LT", d, b.Splat(t, INFINITY, d.shape())));
   std::vector<int64_t> batch = BatchOf(a.shape());
-  Value none = b.Compare("EQ", first, b.Splat(E::I32, n, batch));
-  Value info = b.Select(none, b.Splat(E::I32, 0, batch),
-                        b.Binary("add", first, b.Splat(E::I32, 1, batch)));
+  TensorType info_type{E::I32, batch};
+  Value info = b.If(
+      AllTrue(b, good), {info_type}, [&] { return std::vector<Value>{b.Splat(E::I32, 0, batch)}; },
+      [&] { return std::vector<Value>{FirstNonPositiveMinor(b, s)}; })[0];
   return {upper ? MT(b, l) : l, info};
 }
 

@@ -10,11 +10,10 @@
 //   factors and swaps back; left=False solves the transposed system.
 // - linalg_lu(A, pivot=True) -> (P, L, U), lu_unpack(LU, pivots) -> (P, L, U).
 // - linalg_inv_ex(A) -> (inverse, info): LU, then a solve against I.
-// - _linalg_det(A) -> (det, LU, pivots), _linalg_slogdet(A) -> (sign,
-//   logabsdet, LU, pivots): the product of U's diagonal and the parity of
-//   the row swaps. These are what torch.linalg.solve / inv / det / slogdet
-//   / logdet call (csrc/aten/linalg_solve.cpp composes solve from the first
-//   two), so all of them run natively, with PyTorch's backward formulas.
+// These are what torch.linalg.solve / inv / det / slogdet / logdet call
+// (csrc/aten/linalg_solve.cpp and linalg_det.cpp compose solve and det from
+// the first two), so all of them run natively, with PyTorch's backward
+// formulas.
 // Pivots out of [1, n] given to lu_solve / lu_unpack are a device-side
 // IndexError. Float32 and float64 only.
 #include <cmath>
@@ -341,66 +340,12 @@ std::vector<Value> InvRule(Context& c, const std::vector<Arg>& a) {
   return {LuSolve(c.b, lu.lu, lu.pivots, eye, false), lu.info};
 }
 
-// The product of U's diagonal's signs and the swaps' parity, and U's diagonal.
-struct DetParts {
-  Value diag, parity_sign;  // [..., n], [...] (+-1)
-};
-
-DetParts DetOf(Builder& b, const LuResult& lu) {
-  Value diag = Diagonal(b, lu.lu);
-  Value piv = b.Convert(lu.pivots, E::I64);
-  int64_t r = piv.rank();
-  Value pos = b.Binary("add", b.Iota(TensorType{E::I64, piv.shape()}, r - 1),
-                       b.Splat(E::I64, 1, piv.shape()));
-  Value swapped = b.Convert(b.Compare("NE", piv, pos), E::I64);
-  Value count = b.Reduce(swapped, b.ConstantInt(E::I64, 0), {r - 1}, "add");
-  Value odd = b.Compare("EQ", b.Binary("remainder", count, b.Splat(E::I64, 2, count.shape())),
-                        b.Splat(E::I64, 1, count.shape()));
-  ElementType t = lu.lu.dtype();
-  Value sign = b.Select(odd, b.Splat(t, -1, count.shape()), b.Splat(t, 1, count.shape()));
-  return {diag, sign};
-}
-
-std::vector<Value> DetRule(Context& c, const std::vector<Arg>& a) {
-  Builder& b = c.b;
-  Value m = SquareInput(a, 0, "_linalg_det");
-  if (Empty(m)) {
-    Value one = b.Splat(Out(c, 0).dtype, 1, Out(c, 0).shape);  // det of a 0x0 matrix
-    return {one, Zeros(b, Out(c, 1)), Zeros(b, Out(c, 2))};
-  }
-  LuResult lu = LuFactor(b, m);
-  DetParts d = DetOf(b, lu);
-  int64_t r = d.diag.rank();
-  Value prod = b.Reduce(d.diag, b.Constant(m.dtype(), 1), {r - 1}, "multiply");
-  return {b.Binary("multiply", prod, d.parity_sign), lu.lu, lu.pivots};
-}
-
-std::vector<Value> SlogdetRule(Context& c, const std::vector<Arg>& a) {
-  Builder& b = c.b;
-  Value m = SquareInput(a, 0, "_linalg_slogdet");
-  if (Empty(m)) {
-    return {b.Splat(Out(c, 0).dtype, 1, Out(c, 0).shape), Zeros(b, Out(c, 1)),
-            Zeros(b, Out(c, 2)), Zeros(b, Out(c, 3))};
-  }
-  LuResult lu = LuFactor(b, m);
-  DetParts d = DetOf(b, lu);
-  int64_t r = d.diag.rank();
-  ElementType t = m.dtype();
-  Value signs = b.Unary("sign", d.diag);
-  Value sign = b.Binary("multiply", b.Reduce(signs, b.Constant(t, 1), {r - 1}, "multiply"),
-                        d.parity_sign);
-  Value logabs = b.Reduce(b.Unary("log", b.Unary("abs", d.diag)), b.Constant(t, 0), {r - 1}, "add");
-  return {sign, logabs, lu.lu, lu.pivots};
-}
-
 const bool registered = [] {
   Register("linalg_lu_factor_ex", LuFactorRule);
   Register("linalg_lu_solve", LuSolveRule);
   Register("linalg_lu", LinalgLuRule);
   Register("lu_unpack", LuUnpackRule);
   Register("linalg_inv_ex", InvRule);
-  Register("_linalg_det", DetRule);
-  Register("_linalg_slogdet", SlogdetRule);
   return true;
 }();
 
