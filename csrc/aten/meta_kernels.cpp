@@ -6,7 +6,7 @@
 //   kernels (aten/src/ATen/native/cuda/RNN.cu): the workspace is
 //   [batch, 5 * hidden].
 // - geqrf: (a, tau) of shapes [..., m, n] and [..., min(m, n)].
-// - linalg_lstsq (see LstsqMeta).
+// - linalg_lstsq (see LstsqMeta), _logcumsumexp.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -94,9 +94,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> LstsqMeta(
           at::empty({0}, opts)};
 }
 
+// _logcumsumexp: the input's shape and dtype.
+at::Tensor LogCumSumExpMeta(const at::Tensor& self, int64_t dim) {
+  (void)at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
+  return at::empty(self.sizes(), self.options());
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, Meta, m) {
+  m.impl("_logcumsumexp", LogCumSumExpMeta);
   m.impl("linalg_lstsq", LstsqMeta);
   m.impl("geqrf", GeqrfMeta);
   m.impl("_thnn_fused_gru_cell", GruCellMeta);
