@@ -1,4 +1,5 @@
-"""torch.logcumsumexp and torch.cdist (forward and backward) on tpu vs CPU."""
+"""torch.logcumsumexp, torch.cdist (forward and backward), searchsorted and
+bucketize on tpu vs CPU, with no CPU fallback."""
 from __future__ import annotations
 
 import pytest
@@ -40,3 +41,28 @@ def test_cdist_forward_backward(p: float) -> None:
     torch.testing.assert_close(got.cpu(), ref.detach(), rtol=1e-5, atol=1e-5)
     for g, r in zip(tleaves, leaves):
         torch.testing.assert_close(g.grad.cpu(), r.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_searchsorted_bucketize_match_cpu() -> None:
+    torch.manual_seed(2)
+    bd = torch.tensor([1.0, 2.0, 2.0, 3.0, 5.0])
+    v = torch.tensor([[0.0, 1.0, 2.0, 2.5], [3.0, 5.0, 6.0, 2.0]])
+    s2, v2 = torch.sort(torch.randn(2, 6)).values, torch.randn(2, 3)
+    cases = [
+        lambda s, x, s2, x2: torch.searchsorted(s, x),
+        lambda s, x, s2, x2: torch.searchsorted(s, x, right=True),
+        lambda s, x, s2, x2: torch.searchsorted(s, x, side="right", out_int32=True),
+        lambda s, x, s2, x2: torch.searchsorted(s, 2.0),
+        lambda s, x, s2, x2: torch.searchsorted(s.flip(0), x, sorter=torch.arange(4, -1, -1, device=s.device)),
+        lambda s, x, s2, x2: torch.searchsorted(s2, x2),  # batched rows
+        lambda s, x, s2, x2: torch.bucketize(x, s),
+        lambda s, x, s2, x2: torch.bucketize(x, s, right=True),
+        lambda s, x, s2, x2: torch.bucketize(2.0, s),
+        lambda s, x, s2, x2: torch.bucketize(torch.tensor([0, 3, 7], device=s.device),
+                                             torch.tensor([1, 3, 5], device=s.device)),
+    ]
+    for f in cases:
+        ref = f(bd, v, s2, v2)
+        with native():
+            got = f(bd.to("tpu"), v.to("tpu"), s2.to("tpu"), v2.to("tpu")).cpu()
+        assert got.dtype == ref.dtype and torch.equal(got, ref)
