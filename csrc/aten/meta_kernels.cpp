@@ -66,7 +66,7 @@ std::tuple<at::Tensor, at::Tensor> GeqrfMeta(const at::Tensor& self) {
   return {a, at::empty(sizes, self.options())};
 }
 
-// linalg_lstsq's shapes for the drivers a non-CPU device has ("gels", as on
+// linalg_lstsq's shapes for driver "gels" (the default off the CPU, as on
 // CUDA): solution [..., n, k] ([..., n] for a vector B), residuals [..., k]
 // when m > n, empty rank and singular values. PyTorch has no meta kernel
 // (its composite kernel calls linalg_lstsq.out, which has none either).
@@ -75,8 +75,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> LstsqMeta(
     std::optional<c10::string_view> driver) {
   (void)rcond;
   TORCH_CHECK(A.dim() >= 2, "torch.linalg.lstsq: input must have at least 2 dimensions.");
-  TORCH_CHECK(!driver.has_value() || *driver == "gels",
-              "torch.linalg.lstsq: `driver` other than `gels` is not supported on tpu");
+  // Other drivers (gelsy, gelsd, gelss: CPU's LAPACK ones) are not native on
+  // tpu: the rule declines them and the CPU fallback computes them (with
+  // their own result shapes); these shapes are then not used.
+  const bool gels = !driver.has_value() || *driver == "gels";
   const int64_t m = A.size(-2), n = A.size(-1);
   const bool vector_case =
       B.dim() == 1 || (B.dim() == A.dim() - 1 && B.sizes() == A.sizes().slice(0, A.dim() - 1));
@@ -89,7 +91,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> LstsqMeta(
   if (!vector_case) sol.push_back(k);
   res.push_back(k);
   auto opts = A.options().dtype(at::promote_types(A.scalar_type(), B.scalar_type()));
-  at::Tensor residuals = m > n ? at::empty(res, opts) : at::empty({0}, opts);
+  at::Tensor residuals = m > n && gels ? at::empty(res, opts) : at::empty({0}, opts);
   return {at::empty(sol, opts), residuals, at::empty({0}, opts.dtype(at::kLong)),
           at::empty({0}, opts)};
 }

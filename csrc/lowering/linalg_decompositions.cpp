@@ -11,7 +11,8 @@
 // - geqrf: custom call "Qr" (XLA's QrExpander: blocked Householder QR whose
 //   packed reflectors and taus are LAPACK's geqrf format);
 //   linalg_householder_product (orgqr): custom call
-//   "ProductOfElementaryHouseholderReflectors"; linalg_qr: both of them.
+//   "ProductOfElementaryHouseholderReflectors"; linalg_qr: both of them;
+//   ormqr: the product, then a matmul.
 // - _linalg_eigh (eigh, eigvalsh): custom call "Eigh" (XLA's EighExpander:
 //   cyclic Jacobi, eigenvalues sorted ascending).
 // - _linalg_svd (svd, svdvals, and through them pinv, matrix_norm(2/nuc),
@@ -233,6 +234,26 @@ std::vector<Value> HouseholderProductRule(Context& c, const std::vector<Arg>& a)
   return {QFrom(c.b, {x, taus}, Cols(x))};
 }
 
+// ormqr(A, tau, C, left, transpose): C multiplied by geqrf's Q ([m, m],
+// from the reflectors of A [m, k]) on the left or right, transposed or not.
+std::vector<Value> OrmqrRule(Context& c, const std::vector<Arg>& a) {
+  Builder& b = c.b;
+  const TensorType& out = Out(c);
+  Value x = Matrix(a, 0, "ormqr");
+  LinalgType(out.dtype, "ormqr");
+  if (out.numel() == 0) return {Zeros(b, out)};
+  bool left = a.at(3).i != 0, transpose = a.at(4).i != 0;
+  std::vector<int64_t> batch = BatchOf(out.shape);
+  int64_t m = Rows(x);
+  Value taus = b.Convert(a.at(1).tensor, x.dtype());
+  x = b.BroadcastTo(x, With(batch, {m, Cols(x)}));
+  taus = b.BroadcastTo(taus, With(batch, {taus.shape().back()}));
+  Value q = QFrom(b, {x, taus}, m);
+  if (transpose) q = MT(b, q);
+  Value other = b.BroadcastTo(b.Convert(a.at(2).tensor, out.dtype), out.shape);
+  return {left ? MatMul(b, q, other) : MatMul(b, other, q)};
+}
+
 // linalg_qr(A, mode) -> (Q, R)
 std::vector<Value> QrRule(Context& c, const std::vector<Arg>& a) {
   Builder& b = c.b;
@@ -329,7 +350,7 @@ std::vector<Value> LstsqRule(Context& c, const std::vector<Arg>& a) {
   Builder& b = c.b;
   Value A = Matrix(a, 0, "linalg_lstsq");
   if (a.size() > 3 && a[3].kind == K::String && a[3].s != "gels")
-    throw Unsupported("linalg_lstsq: only driver 'gels' runs on tpu");
+    throw Unsupported("linalg_lstsq: LAPACK drivers other than 'gels' (CPU fallback)");
   const TensorType& out = Out(c);
   if (out.numel() == 0 || A.type.numel() == 0) {
     std::vector<Value> zeros;
@@ -386,6 +407,7 @@ const bool registered = [] {
   Register("linalg_householder_product", HouseholderProductRule);
   Register("orgqr", HouseholderProductRule);
   Register("linalg_qr", QrRule);
+  Register("ormqr", OrmqrRule);
   Register("_linalg_eigh", EighRule);
   Register("_linalg_svd", SvdRule);
   Register("linalg_lstsq", LstsqRule);

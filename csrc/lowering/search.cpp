@@ -54,13 +54,13 @@ std::vector<Value> SearchSortedRule(Context& c, const std::vector<Arg>& a) {
   const TensorType& out = Out(c);
   Value seq = a.at(0).tensor;
   if (seq.dtype() == ElementType::Bool) throw Unsupported("searchsorted of bool");
+  if (out.numel() == 0 || seq.shape().back() == 0) return {Zeros(b, out)};
   if (a.size() > 5 && a[5].kind == K::Tensor) {
     Value sorter = CheckedIndex(c, a[5].tensor, seq.shape().back(), false, "searchsorted sorter");
     seq = seq.rank() == 1 ? b.Gather(seq, b.Reshape(sorter, {sorter.type.numel(), 1}), {0})
                           : throw Unsupported("searchsorted: sorter with a batched sequence");
   }
   Value values = ValuesOf(b, a.at(1), seq.dtype());
-  if (out.numel() == 0 || seq.shape().back() == 0) return {Zeros(b, out)};
   Value r = InsertionPoints(b, seq, values, RightSide(a, 3, 4), out.dtype);
   return {b.Reshape(r, out.shape)};
 }

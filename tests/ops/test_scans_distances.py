@@ -55,6 +55,7 @@ def test_searchsorted_bucketize_match_cpu() -> None:
         lambda s, x, s2, x2: torch.searchsorted(s, 2.0),
         lambda s, x, s2, x2: torch.searchsorted(s.flip(0), x, sorter=torch.arange(4, -1, -1, device=s.device)),
         lambda s, x, s2, x2: torch.searchsorted(s2, x2),  # batched rows
+        lambda s, x, s2, x2: torch.searchsorted(s[:0], x[0, :0], sorter=s[:0].long()),  # empty
         lambda s, x, s2, x2: torch.bucketize(x, s),
         lambda s, x, s2, x2: torch.bucketize(x, s, right=True),
         lambda s, x, s2, x2: torch.bucketize(2.0, s),
