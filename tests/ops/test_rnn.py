@@ -50,15 +50,17 @@ def _compare(module: nn.Module, x: torch.Tensor, h0: object = None) -> None:
     torch.testing.assert_close(got[3], ref[3], **TOL)
 
 
-@pytest.mark.parametrize("kind", ["RNN", "LSTM", "GRU"])
 @pytest.mark.parametrize(
-    "config",
+    "kind,config",
     [
-        {},
-        {"num_layers": 2, "bidirectional": True},
-        {"batch_first": True, "bias": False},
+        ("RNN", {}),
+        ("LSTM", {"num_layers": 2, "bidirectional": True}),
+        ("GRU", {"num_layers": 2, "bidirectional": True}),
+        ("LSTM", {"batch_first": True, "bias": False}),
+        ("GRU", {"batch_first": True, "bias": False}),
     ],
-    ids=["plain", "2layer_bidir", "batch_first_nobias"],
+    ids=["rnn", "lstm_2layer_bidir", "gru_2layer_bidir", "lstm_batch_first_nobias",
+         "gru_batch_first_nobias"],
 )
 def test_rnn_forward_backward(kind: str, config: dict) -> None:
     torch.manual_seed(0)
