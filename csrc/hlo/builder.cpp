@@ -758,16 +758,6 @@ std::vector<Value> Builder::ReduceWindow(
                       [&](const std::vector<Value>& args) { RegionReturn(body(*this, args)); });
 }
 
-Value Builder::TriangularSolve(Value a, Value rhs, bool left_side, bool lower, bool unit_diagonal,
-                               bool transpose_a) {
-  auto flag = [](bool v) { return v ? "true" : "false"; };
-  std::string attrs = std::string("left_side = ") + flag(left_side) + ", lower = " + flag(lower) +
-                      ", unit_diagonal = " + flag(unit_diagonal) +
-                      ", transpose_a = #stablehlo<transpose " +
-                      (transpose_a ? "TRANSPOSE" : "NO_TRANSPOSE") + ">";
-  return Op1("stablehlo.triangular_solve", {a, rhs}, rhs.type, attrs);
-}
-
 Value Builder::Convolution(Value lhs, Value rhs, const TensorType& result, const ConvGeometry& g) {
   std::string attrs =
       "batch_group_count = " + std::to_string(g.batch_groups) + " : i64" +
@@ -778,6 +768,92 @@ Value Builder::Convolution(Value lhs, Value rhs, const TensorType& result, const
   if (g.highest_precision)
     attrs += ", precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]";
   return Op1("stablehlo.convolution", {lhs, rhs}, result, attrs);
+}
+
+// ---------------------------------------------------------------- control flow, linalg
+
+std::vector<Value> Builder::While(
+    const std::vector<Value>& init, const std::function<Value(const std::vector<Value>&)>& cond,
+    const std::function<std::vector<Value>(const std::vector<Value>&)>& body) {
+  std::vector<TensorType> types;
+  for (const Value& v : init) types.push_back(v.type);
+  std::vector<Value> outs;
+  int base = next_id_;
+  next_id_ += 1;
+  std::string lhs = NewName(base) + (init.size() > 1 ? ":" + std::to_string(init.size()) : "");
+  std::string head = lhs + " = \"stablehlo.while\"(";
+  for (size_t i = 0; i < init.size(); ++i) head += (i ? ", " : "") + Ref(init[i]);
+  Emit(head + ") ({");
+  auto region = [&](const std::function<void(const std::vector<Value>&)>& fill) {
+    std::vector<Value> args;
+    std::string block = "^bb0(";
+    for (size_t i = 0; i < types.size(); ++i) {
+      Value a{next_id_++, types[i]};
+      args.push_back(a);
+      block += (i ? ", " : "") + Ref(a) + ": " + a.type.str();
+    }
+    Emit(block + "):");
+    indent_ += 2;
+    fill(args);
+    indent_ -= 2;
+  };
+  region([&](const std::vector<Value>& args) { RegionReturn({cond(args)}); });
+  Emit("}, {");
+  region([&](const std::vector<Value>& args) { RegionReturn(body(args)); });
+  Emit("}) : " + Signature(init, types));
+  for (size_t i = 0; i < types.size(); ++i) {
+    Value v{next_id_++, types[i]};
+    aliases_[v.id] = init.size() > 1 ? NewName(base) + "#" + std::to_string(i) : NewName(base);
+    outs.push_back(v);
+  }
+  return outs;
+}
+
+std::vector<Value> Builder::If(Value pred, const std::vector<TensorType>& results,
+                               const std::function<std::vector<Value>()>& on_true,
+                               const std::function<std::vector<Value>()>& on_false) {
+  int base = next_id_;
+  next_id_ += 1;
+  std::string lhs = NewName(base) + (results.size() > 1 ? ":" + std::to_string(results.size()) : "");
+  Emit(lhs + " = \"stablehlo.if\"(" + Ref(pred) + ") ({");
+  indent_ += 2;
+  RegionReturn(on_true());
+  indent_ -= 2;
+  Emit("}, {");
+  indent_ += 2;
+  RegionReturn(on_false());
+  indent_ -= 2;
+  Emit("}) : " + Signature({pred}, results));
+  std::vector<Value> outs;
+  for (size_t i = 0; i < results.size(); ++i) {
+    Value v{next_id_++, results[i]};
+    aliases_[v.id] = results.size() > 1 ? NewName(base) + "#" + std::to_string(i) : NewName(base);
+    outs.push_back(v);
+  }
+  return outs;
+}
+
+Value Builder::Cholesky(Value a, bool lower) {
+  return Op1("stablehlo.cholesky", {a}, a.type, std::string("lower = ") + (lower ? "true" : "false"));
+}
+
+Value Builder::TriangularSolve(Value a, Value rhs, bool left, bool lower, bool unit_diagonal,
+                               bool transpose) {
+  auto flag = [](bool v) { return v ? "true" : "false"; };
+  std::string attrs = std::string("left_side = ") + flag(left) + ", lower = " + flag(lower) +
+                      ", unit_diagonal = " + flag(unit_diagonal) +
+                      ", transpose_a = #stablehlo<transpose " +
+                      (transpose ? "TRANSPOSE" : "NO_TRANSPOSE") + ">";
+  return Op1("stablehlo.triangular_solve", {a, rhs}, rhs.type, attrs);
+}
+
+std::vector<Value> Builder::CustomCall(const std::string& target,
+                                       const std::vector<Value>& operands,
+                                       const std::vector<TensorType>& results,
+                                       const std::string& backend_config) {
+  std::string attrs = "call_target_name = \"" + target + "\", api_version = 1 : i32";
+  if (!backend_config.empty()) attrs += ", backend_config = \"" + backend_config + "\"";
+  return Op("stablehlo.custom_call", operands, results, attrs);
 }
 
 }  // namespace torch_tpu::hlo

@@ -136,6 +136,32 @@ class Builder {
   // last axis of `indices` indexes (indices has shape [..., len(index_dims)]);
   // slices are 1 along index_dims and full elsewhere.
   Value Gather(Value x, Value indices, const std::vector<int64_t>& index_dims);
+  // ---- control flow and linear algebra
+  // stablehlo.while over the loop-carried `init` values: `cond` gets the
+  // current values and returns a rank-0 i1, `body` returns the next values
+  // (same types). The regions may use values defined before the loop.
+  std::vector<Value> While(
+      const std::vector<Value>& init,
+      const std::function<Value(const std::vector<Value>&)>& cond,
+      const std::function<std::vector<Value>(const std::vector<Value>&)>& body);
+  // stablehlo.if: runs `on_true` or `on_false` (each returns values of the
+  // types `results`) depending on the rank-0 i1 `pred`.
+  std::vector<Value> If(Value pred, const std::vector<TensorType>& results,
+                        const std::function<std::vector<Value>()>& on_true,
+                        const std::function<std::vector<Value>()>& on_false);
+  // stablehlo.cholesky of [..., n, n]; only the `lower` (or upper) triangle
+  // of the result is meaningful; non-positive-definite inputs give NaNs.
+  Value Cholesky(Value a, bool lower);
+  // stablehlo.triangular_solve: op(a) x = rhs (left) or x op(a) = rhs,
+  // op = transpose when `transpose`; a is [..., n, n].
+  Value TriangularSolve(Value a, Value rhs, bool left, bool lower, bool unit_diagonal,
+                        bool transpose);
+  // stablehlo.custom_call @target (api_version 1), e.g. XLA's expander
+  // targets "Qr", "ProductOfElementaryHouseholderReflectors", "Eigh".
+  std::vector<Value> CustomCall(const std::string& target, const std::vector<Value>& operands,
+                                const std::vector<TensorType>& results,
+                                const std::string& backend_config = "");
+
   // Inverse of Gather: writes (or, with combiner "add", accumulates) updates.
   Value Scatter(Value x, Value indices, Value updates,
                 const std::vector<int64_t>& index_dims, const std::string& combiner);
@@ -150,11 +176,6 @@ class Builder {
       const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
       const std::vector<int64_t>& pad_lo, const std::vector<int64_t>& pad_hi,
       const std::function<std::vector<Value>(Builder&, const std::vector<Value>&)>& body);
-
-  // ---- linear algebra
-  // Solves op(a) x = rhs (left_side) or x op(a) = rhs for triangular a.
-  Value TriangularSolve(Value a, Value rhs, bool left_side, bool lower, bool unit_diagonal,
-                        bool transpose_a);
 
   // ---- convolution
   struct ConvGeometry {

@@ -102,6 +102,61 @@ TEST(Hlo, ReduceBroadcastDotCompileAndRun) {
   EXPECT_FLOAT_EQ(out[3], 15 * 15);
 }
 
+TEST(Hlo, WhileLoopCapturesOuterValues) {
+  // x doubled three times by a loop whose body uses `two`, defined outside.
+  Builder b;
+  Value x = b.Parameter(TensorType{ElementType::F32, {2}});
+  Value two = b.Splat(ElementType::F32, 2, {2});
+  auto r = b.While(
+      {b.ConstantInt(ElementType::I64, 0), x},
+      [&](const std::vector<Value>& v) {
+        return b.Compare("LT", v[0], b.ConstantInt(ElementType::I64, 3));
+      },
+      [&](const std::vector<Value>& v) {
+        return std::vector<Value>{b.Binary("add", v[0], b.ConstantInt(ElementType::I64, 1)),
+                                  b.Binary("multiply", v[1], two)};
+      });
+  b.Return({r[1]});
+  EXPECT_NE(b.ToText().find("\"stablehlo.while\""), std::string::npos);
+  auto out = RunF32(b.ToText(), {{1, -3}}, {{2}}, 2);
+  EXPECT_FLOAT_EQ(out[0], 8);
+  EXPECT_FLOAT_EQ(out[1], -24);
+}
+
+TEST(Hlo, IfRunsOneBranch) {
+  Builder b;
+  Value x = b.Parameter(TensorType{ElementType::F32, {2}});
+  Value pred = b.Compare("GT", b.Reduce(x, b.Constant(ElementType::F32, 0), {0}, "add"),
+                         b.Constant(ElementType::F32, 0));
+  auto r = b.If(
+      pred, {x.type}, [&] { return std::vector<Value>{b.Binary("add", x, x)}; },
+      [&] { return std::vector<Value>{b.Unary("negate", x)}; });
+  b.Return({r[0]});
+  EXPECT_NE(b.ToText().find("\"stablehlo.if\""), std::string::npos);
+  auto pos = RunF32(b.ToText(), {{1, 2}}, {{2}}, 2);
+  EXPECT_FLOAT_EQ(pos[0], 2);
+  auto neg = RunF32(b.ToText(), {{-1, -2}}, {{2}}, 2);
+  EXPECT_FLOAT_EQ(neg[1], 2);
+}
+
+TEST(Hlo, CholeskyTriangularSolveAndQrCustomCall) {
+  // A = [[4, 2], [2, 5]] = L L^T with L = [[2, 0], [1, 2]]; L x = [2, 5] -> x = [1, 2].
+  Builder b;
+  Value a = b.Parameter(TensorType{ElementType::F32, {2, 2}});
+  Value rhs = b.Parameter(TensorType{ElementType::F32, {2, 1}});
+  Value l = b.Cholesky(a, true);
+  Value x = b.TriangularSolve(l, rhs, true, true, false, false);
+  auto qr = b.CustomCall("Qr", {a}, {a.type, TensorType{ElementType::F32, {2}}});
+  Value q = b.CustomCall("ProductOfElementaryHouseholderReflectors", {qr[0], qr[1]}, {a.type})[0];
+  // (Q^T A)[1, 0] is 0 for an orthogonal Q that triangularizes A.
+  Value qta = b.DotGeneral(q, a, {}, {}, {0}, {0}, ElementType::F32, true);
+  b.Return({b.Concatenate({b.Reshape(x, {2}), b.Reshape(qta, {4})}, 0)});
+  auto out = RunF32(b.ToText(), {{4, 2, 2, 5}, {2, 5}}, {{2, 2}, {2, 1}}, 6);
+  EXPECT_NEAR(out[0], 1, 1e-6);
+  EXPECT_NEAR(out[1], 2, 1e-6);
+  EXPECT_NEAR(out[4], 0, 1e-6);
+}
+
 TEST(Hlo, MultiResultReduceGatherScatterSlice) {
   Builder b;
   Value x = b.Parameter(TensorType{ElementType::F32, {4}});

@@ -109,6 +109,10 @@ const bool registered = [] {
   Register("vdot", ProductRule({}, {}, {0}, {0}));  // real dtypes: no conjugation
   // [n, k] x [k]
   Register("mv", ProductRule({}, {}, {1}, {0}));
+  // out_dtype= forms (CUDA-only kernels in PyTorch, no CPU one): 16-bit
+  // inputs accumulate in f32 anyway; the result is converted to out_dtype.
+  Register("mm.dtype", ProductRule({}, {}, {1}, {0}));
+  Register("bmm.dtype", ProductRule({0}, {0}, {2}, {1}));
 
   Register("addmm", AddProductRule({}, {}, {1}, {0}));
   Register("baddbmm", AddProductRule({0}, {0}, {2}, {1}));

@@ -91,6 +91,9 @@ from . import distributed as _distributed  # noqa: E402
 # torch.distributed on tpu tensors: the "tpu_gloo" backend and the routing of
 # init_process_group("gloo") / init_process_group() to it (see distributed.py).
 _distributed._install()
+from . import meta_fixes as _meta_fixes  # noqa: E402
+
+_meta_fixes.install()  # PyTorch meta kernels that tpu ops reach (see meta_fixes.py)
 from .device import get_platform  # noqa: E402,F401
 from .fusion import fused  # noqa: E402
 from . import pallas  # noqa: E402,F401  (torch_tpu.pallas.jax_op)
