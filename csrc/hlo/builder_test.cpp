@@ -255,6 +255,7 @@ TEST(Hlo, ConvolutionAndConstantArrays) {
   b.Return({b.Binary("multiply", b.Reshape(y, {3}), k)});
   // x = [1, 2, 4, 8]: windows x[i] - x[i+1] = [-1, -2, -4], times [1, 2, 3]
   EXPECT_EQ(RunF32(b.ToText(), {{1, 2, 4, 8}}, {{1, 1, 4}}, 3), (std::vector<float>{-1, -4, -12}));
+}
 
 // A module as jax.export prints it (custom_jax_kernel / jax_op): its
 // functions become private, renamed callees of func.call; a string
