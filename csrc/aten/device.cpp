@@ -86,6 +86,8 @@ hlo::ElementType ToElementType(at::ScalarType t, const char* op) {
     case at::kDouble: return E::F64;
     case at::kFloat8_e4m3fn: return E::F8E4M3FN;
     case at::kFloat8_e5m2: return E::F8E5M2;
+    case at::kComplexFloat: return E::C64;
+    case at::kComplexDouble: return E::C128;
     default:
       throw lowering::Unsupported(std::string(op) + ": dtype " + c10::toString(t) +
                                   " has no native tpu representation");
@@ -110,6 +112,8 @@ at::ScalarType ToScalarType(hlo::ElementType t) {
     case E::F64: return at::kDouble;
     case E::F8E4M3FN: return at::kFloat8_e4m3fn;
     case E::F8E5M2: return at::kFloat8_e5m2;
+    case E::C64: return at::kComplexFloat;
+    case E::C128: return at::kComplexDouble;
   }
   return at::kFloat;
 }
@@ -206,6 +210,9 @@ lowering::ViewGeometry GeometryOf(const at::Tensor& t) {
   return g;
 }
 
+bool ReinterpretComplexStorage(DeviceStorage* s, hlo::ElementType t);  // complex.cpp
+bool CopyResolvingMathBits(const at::Tensor& src, const at::Tensor& dst);  // complex.cpp
+
 void PrepareStorage(DeviceStorage* s, hlo::ElementType t) {
   if (s->pending) FlushPending();
   if (s->buffer && s->dtype == t) return;
@@ -217,6 +224,9 @@ void PrepareStorage(DeviceStorage* s, hlo::ElementType t) {
                                    s->device);
     return;
   }
+  // A complex storage seen as its real parts (view_as_real) or back: on the
+  // device (complex.cpp).
+  if (ReinterpretComplexStorage(s, t)) return;
   // Reinterpreting bytes (tensor.view(dtype)): go through the host.
   std::vector<char> bytes(s->nbytes);
   GetRuntime().Download(*s->buffer, bytes.data(), bytes.size());
@@ -616,6 +626,7 @@ void FromCpu(const at::Tensor& src, const at::Tensor& dst) {
 }
 
 at::Tensor CopyFrom(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
+  if (CopyResolvingMathBits(self, dst)) return dst;  // x.conj(), _neg_view()
   bool src_tpu = self.device().type() == c10::DeviceType::PrivateUse1;
   bool dst_tpu = dst.device().type() == c10::DeviceType::PrivateUse1;
   // The checks TensorIterator makes for a CPU copy_.

@@ -22,6 +22,9 @@ using hlo::Value;
 using lowering::Arg;
 using runtime::DeviceStorage;
 
+void ResolveMathBits(std::vector<c10::IValue>& args, const std::vector<size_t>& mutable_args,
+                     const std::vector<size_t>& out_args, const std::string& op);  // complex.cpp
+
 namespace {
 
 enum class Variant { Functional, InPlace, Out };
@@ -177,7 +180,7 @@ void CheckDevice(Plan& p, const at::Tensor& t, const std::string& op) {
 int AddTensor(Plan& p, const at::Tensor& t, const std::string& op) {
   CheckDevice(p, t, op);
   ElementType dtype = ToElementType(t.scalar_type(), op.c_str());
-  if (dtype == ElementType::F64) p.any_f64 = true;
+  if (dtype == ElementType::F64 || dtype == ElementType::C128) p.any_f64 = true;
   DeviceStorage* s = StorageOf(t);
   PrepareForOp(s, dtype);
   TensorIn in{StorageIndex(p, s), dtype, GeometryOf(t)};
@@ -196,7 +199,7 @@ ElementType ScalarCategory(const c10::Scalar& s) {
   if (s.isBoolean()) return ElementType::Bool;
   if (s.isIntegral(false)) return ElementType::I64;
   if (s.isFloatingPoint()) return ElementType::F64;
-  throw lowering::Unsupported("complex scalars are not supported natively");
+  return ElementType::C128;  // complex: c10::Scalar holds a complex<double>
 }
 
 // A scalar's exact value as text (hex floats), for cache keys.
@@ -207,6 +210,12 @@ std::string ExactString(const c10::Scalar& s) {
     return buf;
   }
   if (s.isBoolean()) return s.toBool() ? "true" : "false";
+  if (s.isComplex()) {
+    char buf[96];
+    auto z = s.toComplexDouble();
+    std::snprintf(buf, sizeof(buf), "(%a,%a)", z.real(), z.imag());
+    return buf;
+  }
   return std::to_string(s.toLong());
 }
 
@@ -216,7 +225,7 @@ ArgPlan ScalarArg(Plan& p, const c10::Scalar& s) {
   a.literal.scalar_type = ScalarCategory(s);
   Param q{Param::Kind::Scalar};
   q.scalar = s;
-  q.dtype = a.literal.scalar_type == ElementType::F64 ? ElementType::F64 : a.literal.scalar_type;
+  q.dtype = a.literal.scalar_type;
   a.param = AddParam(p, q);
   p.key += std::string("S") + hlo::Name(q.dtype);
   return a;
@@ -600,6 +609,8 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
   for (auto& q : plan.params)
     if (q.kind == Param::Kind::Scalar && q.dtype == ElementType::F64 && !plan.any_f64)
       q.dtype = ElementType::F32;
+    else if (q.kind == Param::Kind::Scalar && q.dtype == ElementType::C128 && !plan.any_f64)
+      q.dtype = ElementType::C64;
   plan.key += plan.any_f64 ? "|f64" : "|f32";
 
   // Executables are compiled for one device: the same op on another device
@@ -785,6 +796,10 @@ std::vector<c10::IValue> Run(const OpDesc& desc, const c10::OperatorHandle& op,
       case Param::Kind::Scalar:
         if (q.dtype == ElementType::F32 || q.dtype == ElementType::F64)
           return rt.UploadScalar(q.scalar.toDouble(), q.dtype, plan.device);
+        if (hlo::IsComplex(q.dtype)) {  // complex Python scalars
+          at::Tensor c = at::scalar_tensor(q.scalar, ToScalarType(q.dtype));
+          return rt.Upload(c.data_ptr(), q.dtype, {}, plan.device);
+        }
         return rt.UploadInt(q.dtype == ElementType::Bool ? q.scalar.toBool() : q.scalar.toLong(),
                             q.dtype, plan.device);
       case Param::Kind::CpuTensor: {
@@ -1007,6 +1022,9 @@ void GenericKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const OpDesc& desc = it->second;
   size_t n = op.schema().arguments().size();
   std::vector<c10::IValue> args(stack->end() - n, stack->end());
+  // x.conj() / _neg_view() inputs of ops the math-bit fallbacks let through
+  // (mm, clone, _to_copy, ...): read as their values (complex.cpp).
+  ResolveMathBits(args, desc.mutable_args, desc.out_args, desc.name);
   // Like TensorIterator on the CPU: no writes through a tensor whose elements
   // alias each other (expand()ed), except fills, which are idempotent.
   if (desc.variant != Variant::Functional && desc.name.rfind("fill", 0) != 0 &&

@@ -17,6 +17,8 @@ enum class ElementType {
   // float8 (OCP FP8): E4M3FN has no infinities (conversions saturate to
   // +-448, as in PyTorch), E5M2 has.
   F8E4M3FN, F8E5M2,
+  // complex<f32> / complex<f64> (PyTorch's complex64 / complex128).
+  C64, C128,
 };
 
 const char* Name(ElementType t);  // "f32", "i1", "ui8", ...
@@ -25,6 +27,11 @@ bool IsFloat(ElementType t);
 bool IsSigned(ElementType t);     // signed integers
 bool IsUnsigned(ElementType t);   // unsigned integers
 bool IsInteger(ElementType t);    // signed or unsigned, not bool
+bool IsComplex(ElementType t);    // C64, C128
+// The real type of a complex type's parts (C64 -> F32); other types as is.
+ElementType RealPart(ElementType t);
+// The complex type whose parts are `t` (F64 -> C128, other floats -> C64).
+ElementType ComplexOf(ElementType t);
 
 struct TensorType {
   ElementType dtype = ElementType::F32;
@@ -79,6 +86,7 @@ class Builder {
   Value Constant(ElementType t, double v);     // scalar (rank 0)
   Value ConstantInt(ElementType t, int64_t v);  // exact for integers
   Value ConstantBits(ElementType t, uint64_t bits);  // raw bit pattern
+  Value ConstantComplex(ElementType t, double re, double im);  // t complex
   Value Splat(ElementType t, double v, const std::vector<int64_t>& shape);
   Value MinValue(ElementType t);  // lowest finite (or -inf for floats)
   Value MaxValue(ElementType t);
@@ -91,6 +99,15 @@ class Builder {
   Value Convert(Value x, ElementType t);  // no-op when same type
   Value BitcastConvert(Value x, ElementType t);
   Value Clamp(Value lo, Value x, Value hi);
+  // Complex numbers: re + i*im from two real values of one type; the real
+  // and imaginary parts (a real result type).
+  Value Complex(Value re, Value im);
+  Value Real(Value x);
+  Value Imag(Value x);
+  // stablehlo.fft over the trailing fft_length.size() (1 to 3) dims. `type`:
+  // "FFT", "IFFT" (scaled by 1/n, XLA's convention), "RFFT" (real in, last
+  // dim n/2+1 out), "IRFFT" (complex in, real out of fft_length, 1/n).
+  Value Fft(Value x, const std::string& type, const std::vector<int64_t>& fft_length);
 
   // ---- shapes
   Value Reshape(Value x, const std::vector<int64_t>& shape);

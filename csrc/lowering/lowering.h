@@ -117,6 +117,15 @@ void RegisterRandom(const std::string& name, Rule rule);
 void RegisterRuntimeFloats(const std::string& name, Rule rule,
                            std::vector<std::string> args = {});
 const RuleEntry* Find(const std::string& name);  // functional or variant name
+
+// Complex dtypes. Every registered rule is gated: when an input or output is
+// complex, the rule registered here under the same (functional) name runs
+// instead, or the generic rule itself if marked capable; otherwise the op
+// raises Unsupported (CPU fallback). Rules written for real dtypes never see
+// complex values by accident.
+void RegisterComplex(const std::string& name, Rule rule);
+void MarkComplexCapable(const std::vector<std::string>& names);
+bool HasComplexRule(const std::string& name);
 std::vector<const RuleEntry*> AllRules();
 
 struct Registrar {
