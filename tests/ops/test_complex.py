@@ -75,8 +75,9 @@ def test_printing_matches_cpu():
     assert repr(x.to("tpu")).replace(", device='tpu:0'", "") == repr(x)
 
 
-@pytest.mark.parametrize("dtype", CDTYPES)
-@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+@pytest.mark.parametrize("op,dtype", [("add", torch.complex64), ("sub", torch.complex64),
+                                      ("mul", torch.complex64), ("div", torch.complex64),
+                                      ("mul", torch.complex128), ("div", torch.complex128)])
 def test_binary_arithmetic(op, dtype):
     a, b = crandn(3, 4, dtype=dtype, seed=1), crandn(3, 4, dtype=dtype, seed=2)
     r = torch.randn(4, dtype=torch.float32)
@@ -102,8 +103,9 @@ UNARY = ["exp", "log", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "reciprocal
          "sigmoid", "expm1", "log1p", "log10", "log2", "conj_physical", "sgn"]
 
 
-@pytest.mark.parametrize("dtype", CDTYPES)
-@pytest.mark.parametrize("op", UNARY)
+@pytest.mark.parametrize("op,dtype", [(op, torch.complex64) for op in UNARY] +
+                         [(op, torch.complex128) for op in ("exp", "log", "sqrt", "sin", "tanh",
+                                                            "reciprocal")])
 def test_unary_math(op, dtype):
     x = crandn(4, 5, dtype=dtype, seed=3)
     f = getattr(torch, op)
