@@ -79,6 +79,51 @@ std::vector<Value> Polar(Context& c, const std::vector<Arg>& a) {
                        b.Binary("multiply", r, b.Unary("sine", theta))));
 }
 
+// isnan / isinf: of either part.
+Rule PartTest(const std::string& test) {
+  return [test](Context& c, const std::vector<Arg>& a) {
+    Builder& b = c.b;
+    Value x = a[0].tensor;
+    auto one = [&](Value p) {
+      if (test == "isnan") return b.Compare("NE", p, p);
+      return b.Compare("EQ", b.Unary("abs", p), b.Splat(p.dtype(), INFINITY, p.shape()));
+    };
+    return One(b.Binary("or", one(b.Real(x)), one(b.Imag(x))));
+  };
+}
+
+// A norm of complex values is the real rule's norm of their magnitudes.
+std::vector<Value> ComplexVectorNorm(Context& c, const std::vector<Arg>& a) {
+  std::vector<Arg> args = a;
+  args[0].tensor = Abs(c.b, a[0].tensor);
+  return Find("linalg_vector_norm")->rule(c, args);
+}
+
+// torch.compile graphs are functional: view_as_real / view_as_complex are
+// values there (the eager views are ATen kernels in aten/complex.cpp).
+std::vector<Value> GraphViewAsReal(Context& c, const std::vector<Arg>& a) {
+  Builder& b = c.b;
+  Value x = a[0].tensor;
+  std::vector<int64_t> column = x.shape();
+  column.push_back(1);
+  Value parts = b.Concatenate({b.Reshape(b.Real(x), column), b.Reshape(b.Imag(x), column)},
+                              x.rank());
+  return One(b.Convert(parts, Out(c).dtype));
+}
+
+std::vector<Value> GraphViewAsComplex(Context& c, const std::vector<Arg>& a) {
+  Builder& b = c.b;
+  Value x = a[0].tensor;
+  std::vector<int64_t> start(x.rank(), 0), limit = x.shape(), step(x.rank(), 1);
+  std::vector<int64_t> shape(x.shape().begin(), x.shape().end() - 1);
+  auto part = [&](int64_t i) {
+    start.back() = i;
+    limit.back() = i + 1;
+    return b.Reshape(b.Slice(x, start, limit, step), shape);
+  };
+  return One(b.Complex(part(0), part(1)));
+}
+
 const bool registered = [] {
   // Generic rules that are right for complex values as written: copies,
   // data movement, +-*/, the unary math StableHLO defines on complex
@@ -99,6 +144,10 @@ const bool registered = [] {
       "sum", "sum.dim_IntList", "mean", "mean.dim", "prod", "prod.dim_int",
   });
   RegisterComplex("abs", AbsRule);
+  RegisterComplex("isnan", PartTest("isnan"));
+  RegisterComplex("isinf", PartTest("isinf"));
+  RegisterComplex("linalg_vector_norm", ComplexVectorNorm);
+  MarkComplexCapable({"cumsum", "cumprod", "nonzero_static"});
   RegisterComplex("sgn", ComplexSgn);
   for (const char* name : {"pow.Tensor_Tensor", "pow.Tensor_Scalar", "pow.Scalar"})
     RegisterComplex(name, ComplexPow);
@@ -107,6 +156,25 @@ const bool registered = [] {
   Register("complex", ComplexFromParts, {"complex.out"});
   Register("polar", Polar, {"polar.out"});
   MarkComplexCapable({"angle", "conj_physical", "complex", "polar"});
+  Register("_tpu_graph::view_as_real", GraphViewAsReal);
+  Register("_tpu_graph::view_as_complex", GraphViewAsComplex);
+  // The graph forms of views and constructors move or fill values only.
+  std::vector<std::string> graph_ops = {"view_as_real", "view_as_complex"};
+  for (const char* n : {"view", "_unsafe_view", "reshape", "alias", "detach", "lift_fresh_copy",
+                        "squeeze", "squeeze.dim", "squeeze.dims", "unsqueeze", "view_as",
+                        "flatten.using_ints", "_reshape_copy", "view_copy", "alias_copy",
+                        "squeeze_copy.dims", "unsqueeze_copy", "_reshape_alias", "expand",
+                        "expand_copy", "permute", "permute_copy", "transpose.int", "t",
+                        "numpy_T", "slice.Tensor", "slice_copy.Tensor", "select.int",
+                        "select_copy.int", "as_strided", "unfold", "diagonal", "split.Tensor",
+                        "split_with_sizes", "split_with_sizes_copy", "unbind.int", "_to_copy",
+                        "copy", "full", "full_like", "new_full", "scalar_tensor", "zeros",
+                        "zeros_like", "new_zeros", "empty.memory_format", "empty_like",
+                        "new_empty", "empty_strided", "new_empty_strided", "ones", "ones_like",
+                        "new_ones", "as_strided_scatter", "slice_scatter", "select_scatter"})
+    graph_ops.push_back(n);
+  for (auto& n : graph_ops) n = "_tpu_graph::" + n;
+  MarkComplexCapable(graph_ops);
   return true;
 }();
 

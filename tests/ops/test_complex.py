@@ -260,3 +260,25 @@ def test_complex_op_without_native_rule_falls_back_with_cpu_result():
     y = torch.asinh(x.to("tpu"))  # chlo.asinh: not marked complex-capable
     close(y, torch.asinh(x), 1e-5)
     assert torch_tpu.debug.stats()["fallbacks"].get("asinh", 0) == 1
+
+
+def test_nan_inf_norm_cumsum_nonzero():
+    x = crandn(3, 4, seed=15)
+    x[0, 1] = complex(float("nan"), 1)
+    x[1, 2] = complex(2, float("-inf"))
+    x[2, 3] = 0
+    t = x.to("tpu")
+    m = x.real > 0
+    with native():
+        assert torch.equal(torch.isnan(t).cpu(), torch.isnan(x))
+        assert torch.equal(torch.isinf(t).cpu(), torch.isinf(x))
+        assert torch.equal(torch.isfinite(t).cpu(), torch.isfinite(x))
+    finite = torch.where(torch.isfinite(x), x, torch.zeros_like(x))
+    ft = finite.to("tpu")
+    with native():
+        close(torch.linalg.vector_norm(ft), torch.linalg.vector_norm(finite))
+        close(torch.linalg.vector_norm(ft, ord=1, dim=1), torch.linalg.vector_norm(finite, 1, 1))
+        close(ft.cumsum(1), finite.cumsum(1))
+        close(ft.cumprod(0), finite.cumprod(0))
+        assert torch.equal(torch.nonzero(ft).cpu(), torch.nonzero(finite))
+        close(ft[m.to("tpu")], finite[m])
