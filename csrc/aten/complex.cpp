@@ -96,26 +96,73 @@ bool CopyResolvingMathBits(const at::Tensor& src, const at::Tensor& dst) {
   return true;
 }
 
-// The generic kernel's inputs with the conjugate or negative bit set (the
-// math-bit fallbacks let mm, bmm, addmm, dot, clone, _to_copy, ... through
-// with them, since CPU and CUDA kernels read the bits): replaced by their
-// resolved values. A written argument with a bit set is refused.
-void ResolveMathBits(std::vector<c10::IValue>& args, const std::vector<size_t>& mutable_args,
-                     const std::vector<size_t>& out_args, const std::string& op) {
+namespace {
+
+// A dense copy of t's values (math bits applied by CopyResolvingMathBits).
+// Not clone() / resolve_conj(): clone is a rule of the generic kernel again.
+at::Tensor PlainCopy(const at::Tensor& t) {
+  at::Tensor copy = at::empty(t.sizes(), t.options());
+  copy.copy_(t);
+  return copy;
+}
+
+}  // namespace
+
+// The generic kernel's inputs, before it plans the op:
+//  - tensors with the conjugate or negative bit set (the math-bit fallbacks
+//    let mm, bmm, addmm, dot, clone, _to_copy, ... through with them, since
+//    CPU and CUDA kernels read the bits) are replaced by their values;
+//  - one storage read with two dtypes in one op (z * z.real: complex64 and
+//    float32): a module takes each storage as one buffer of one type, so the
+//    read-only inputs whose dtype differs from the storage's first (or
+//    written) use are copied.
+// A written argument with a math bit set is refused.
+void ResolveTensorInputs(std::vector<c10::IValue>& args, const std::vector<size_t>& mutable_args,
+                         const std::vector<size_t>& out_args, const std::string& op) {
   auto written = [&](size_t i) {
     return std::find(mutable_args.begin(), mutable_args.end(), i) != mutable_args.end() ||
            std::find(out_args.begin(), out_args.end(), i) != out_args.end();
   };
+  auto is_tpu = [](const at::Tensor& t) {
+    return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+  };
+  // Fast path (every op): no bit set, no storage read with two dtypes.
+  bool needed = false;
+  for (size_t i = 0; i < args.size() && !needed; ++i) {
+    if (!args[i].isTensor() || !is_tpu(args[i].toTensor())) continue;
+    const at::Tensor& t = args[i].toTensor();
+    needed = t.is_conj() || t.is_neg();
+    for (size_t j = 0; j < i && !needed; ++j)
+      needed = args[j].isTensor() && is_tpu(args[j].toTensor()) &&
+               args[j].toTensor().scalar_type() != t.scalar_type() &&
+               args[j].toTensor().storage().is_alias_of(t.storage());
+  }
+  if (!needed) return;
+  // The dtype each storage is used with: written args first.
+  std::vector<std::pair<const void*, at::ScalarType>> uses;
+  auto use_of = [&](const at::Tensor& t) -> const at::ScalarType* {
+    for (const auto& u : uses)
+      if (u.first == t.storage().unsafeGetStorageImpl()) return &u.second;
+    return nullptr;
+  };
+  for (size_t pass = 0; pass < 2; ++pass)
+    for (size_t i = 0; i < args.size(); ++i)
+      if (args[i].isTensor() && (written(i) == (pass == 0))) {
+        const at::Tensor& t = args[i].toTensor();
+        if (is_tpu(t) && !use_of(t))
+          uses.emplace_back(t.storage().unsafeGetStorageImpl(), t.scalar_type());
+      }
   for (size_t i = 0; i < args.size(); ++i) {
     if (!args[i].isTensor()) continue;
     const at::Tensor& t = args[i].toTensor();
-    if (!t.defined() || (!t.is_conj() && !t.is_neg())) continue;
+    if (!is_tpu(t)) continue;
+    bool bits = t.is_conj() || t.is_neg();
+    bool other_dtype = *use_of(t) != t.scalar_type();
+    if (!bits && !other_dtype) continue;
     TORCH_CHECK(!written(i), op, ": writing into a tensor with the conjugate or negative bit "
-                "set is not supported on tpu; call .resolve_conj() / .resolve_neg() first");
-    // Not resolve_conj(): that is clone(), a rule of this kernel again.
-    at::Tensor resolved = at::empty(t.sizes(), t.options());
-    resolved.copy_(t);  // CopyResolvingMathBits
-    args[i] = resolved;
+                "set, or into a storage the op also reads with another dtype, is not "
+                "supported on tpu; call .resolve_conj() / .resolve_neg() or .clone() first");
+    args[i] = PlainCopy(t);
   }
 }
 

@@ -22,7 +22,7 @@ using hlo::Value;
 using lowering::Arg;
 using runtime::DeviceStorage;
 
-void ResolveMathBits(std::vector<c10::IValue>& args, const std::vector<size_t>& mutable_args,
+void ResolveTensorInputs(std::vector<c10::IValue>& args, const std::vector<size_t>& mutable_args,
                      const std::vector<size_t>& out_args, const std::string& op);  // complex.cpp
 
 namespace {
@@ -1023,8 +1023,9 @@ void GenericKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   size_t n = op.schema().arguments().size();
   std::vector<c10::IValue> args(stack->end() - n, stack->end());
   // x.conj() / _neg_view() inputs of ops the math-bit fallbacks let through
-  // (mm, clone, _to_copy, ...): read as their values (complex.cpp).
-  ResolveMathBits(args, desc.mutable_args, desc.out_args, desc.name);
+  // (mm, clone, _to_copy, ...) and a storage read with two dtypes (z * z.real):
+  // resolved into plain tensors (complex.cpp).
+  ResolveTensorInputs(args, desc.mutable_args, desc.out_args, desc.name);
   // Like TensorIterator on the CPU: no writes through a tensor whose elements
   // alias each other (expand()ed), except fills, which are idempotent.
   if (desc.variant != Variant::Functional && desc.name.rfind("fill", 0) != 0 &&

@@ -282,3 +282,14 @@ def test_nan_inf_norm_cumsum_nonzero():
         close(ft.cumprod(0), finite.cumprod(0))
         assert torch.equal(torch.nonzero(ft).cpu(), torch.nonzero(finite))
         close(ft[m.to("tpu")], finite[m])
+
+
+def test_one_op_reading_a_storage_as_complex_and_real():
+    x = crandn(5, seed=16)
+    t = x.to("tpu")
+    with native():
+        close(t * t.real, x * x.real)
+        close(t.real - t, x.real - x)
+        u = t.clone()
+        u.mul_(u.imag)   # written as complex, read as float
+    close(u, x * x.imag)
