@@ -13,6 +13,7 @@
 #include <torch/library.h>
 
 #include "aten/tpu.h"
+#include "runtime/launcher.h"
 
 namespace torch_tpu::aten {
 
@@ -63,9 +64,15 @@ bool ReinterpretComplexStorage(runtime::DeviceStorage* s, ElementType to) {
   auto exe = rt.GetOrCompile(key, s->device, [&] {
     return ReinterpretModule(from, from_numel, to, to_numel);
   });
-  auto outs = rt.Execute(*exe, {s->buffer->raw()}, {}, "reinterpret " + std::string(hlo::Name(to)));
-  s->buffer = outs.at(0);
-  s->dtype = to;
+  static const std::string op = "reinterpret complex storage";
+  runtime::Launch launch;
+  launch.exe = exe.get();
+  launch.device = s->device;
+  launch.op = &op;
+  launch.params = {runtime::LaunchParam::Of(s->buffer)};
+  launch.results = {s};
+  launch.result_types = {to};
+  runtime::Run(rt, launch);
   return true;
 }
 

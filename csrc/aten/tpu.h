@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <c10/core/CachingDeviceAllocator.h>
 
 #include "hlo/builder.h"
 #include "lowering/lowering.h"
@@ -33,15 +34,27 @@ void SetCurrentDevice(int device);
 std::pair<uint64_t, uint64_t> NextRngState(const std::optional<at::Generator>& gen,
                                            int device, uint64_t increment);
 
-// Runs the rule registered as `name` (functional form) on `inputs` and
-// writes its first result into `dst` (a tpu tensor), converting dtype and
-// broadcasting. Used by copies.
+// Runs the Internal rule `name` on `inputs` and writes its first result
+// into `dst` (a tpu tensor), converting dtype and broadcasting.
 void RunInto(const std::string& name, const std::vector<c10::IValue>& inputs,
              const at::Tensor& dst);
+// The Internal rule that copies (converts, broadcasts) its input.
+inline constexpr const char* kCopyRule = "copy_convert";
 
 void RecordFallback(const std::string& op);
-void RegisterGraphBindings(struct _object* module);  // torch_tpu._C._Graph (graph.cpp)
+// Registers the device with PyTorch (hooks, allocator, the op table).
+void RegisterDevice();
 void RegisterDistributedBindings(struct _object* module);  // _C._init_distributed (distributed.cpp)
+
+// The pieces of the device (allocator.cpp, hooks.cpp, generator.cpp).
+c10::DeviceAllocator* DeviceAllocator();
+void RegisterHooks();
+const at::Generator& DefaultGenerator(int device);  // < 0: the current device
+at::Generator NewGenerator(int device);
+// Storage buffers (storage.cpp): the storage's buffer becomes zeros of its
+// dtype; a storage's bytes become `newsize` bytes, keeping the common prefix.
+void ZeroFill(runtime::DeviceStorage* s);
+void ResizeStorage(const c10::Storage& storage, size_t newsize);
 
 // Fused eager (TORCH_TPU_DEFER_AND_FUSE=1 or torch_tpu.fused()): ops are
 // recorded into one module and run when a value is needed.

@@ -1,5 +1,5 @@
-// StableHLO text builder: element types, tensor types, SSA values, ops,
-// functions and modules. All emitted syntax lives here (generic op form, the
+// StableHLO text builder: tensor types, SSA values, ops, functions and
+// modules (element types: element_type.h). All emitted syntax lives here (generic op form, the
 // least fragile text). No torch, no PJRT.
 #pragma once
 
@@ -10,28 +10,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "hlo/element_type.h"
+
 namespace torch_tpu::hlo {
-
-enum class ElementType {
-  Bool, I8, I16, I32, I64, U8, U16, U32, U64, F16, BF16, F32, F64,
-  // float8 (OCP FP8): E4M3FN has no infinities (conversions saturate to
-  // +-448, as in PyTorch), E5M2 has.
-  F8E4M3FN, F8E5M2,
-  // complex<f32> / complex<f64> (PyTorch's complex64 / complex128).
-  C64, C128,
-};
-
-const char* Name(ElementType t);  // "f32", "i1", "ui8", ...
-int ByteSize(ElementType t);
-bool IsFloat(ElementType t);
-bool IsSigned(ElementType t);     // signed integers
-bool IsUnsigned(ElementType t);   // unsigned integers
-bool IsInteger(ElementType t);    // signed or unsigned, not bool
-bool IsComplex(ElementType t);    // C64, C128
-// The real type of a complex type's parts (C64 -> F32); other types as is.
-ElementType RealPart(ElementType t);
-// The complex type whose parts are `t` (F64 -> C128, other floats -> C64).
-ElementType ComplexOf(ElementType t);
 
 struct TensorType {
   ElementType dtype = ElementType::F32;

@@ -238,7 +238,13 @@ std::vector<Value> AttentionBackward(Context& c, const std::vector<Arg>& a) {
 }
 
 const bool registered = [] {
-  RegisterRandom("_scaled_dot_product_efficient_attention", AttentionForward);
+  // Its only randomness is dropout: at dropout_p == 0 it draws nothing, as on
+  // CPU and CUDA (the generator stays where it was).
+  RegisterRandom("_scaled_dot_product_efficient_attention", AttentionForward,
+                 [](const std::vector<Arg>& a, const std::vector<TensorType>& outputs) {
+                   bool no_dropout = a.size() > 5 && a[5].kind == K::Double && a[5].d == 0.0;
+                   return no_dropout ? uint64_t{0} : DrawPerOutputElement(a, outputs);
+                 });
   Register("_scaled_dot_product_efficient_attention_backward", AttentionBackward);
   return true;
 }();

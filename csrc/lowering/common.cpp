@@ -13,11 +13,17 @@ namespace torch_tpu::lowering {
 namespace {
 struct Registry {
   std::vector<std::unique_ptr<RuleEntry>> entries;
-  std::map<std::string, const RuleEntry*> by_name;
+  // Per scope: name (and, for Everywhere, variant names) -> entry.
+  std::map<std::string, const RuleEntry*> by_name[3];
 };
 Registry& GetRegistry() {
   static Registry* r = new Registry();
   return *r;
+}
+const RuleEntry* Lookup(Scope scope, const std::string& name) {
+  const auto& names = GetRegistry().by_name[static_cast<int>(scope)];
+  auto it = names.find(name);
+  return it == names.end() ? nullptr : it->second;
 }
 }  // namespace
 
@@ -49,7 +55,9 @@ bool InvolvesComplex(const Context& c, const std::vector<Arg>& a) {
 
 // Rules were written for real dtypes: with a complex input or output, the
 // op's complex rule runs, or the generic one if it is marked capable, else
-// the op goes to the CPU fallback (Unsupported).
+// the op goes to the CPU fallback (Unsupported). `name` is the gate key:
+// the rule's name, "graph:<name>" for Graph-scope rules, "internal:<name>"
+// for Internal ones.
 Rule GateComplex(const std::string& name, Rule rule) {
   return [name, rule](Context& c, const std::vector<Arg>& a) {
     if (!InvolvesComplex(c, a)) return rule(c, a);
@@ -75,31 +83,57 @@ bool HasComplexRule(const std::string& name) {
   return t.rules.count(name) || t.capable.count(name);
 }
 
-void Register(const std::string& name, Rule rule, std::vector<std::string> variants) {
+RuleEntry& Register(const std::string& name, Rule rule, std::vector<std::string> variants,
+                    Scope scope) {
   Registry& r = GetRegistry();
-  auto entry = std::make_unique<RuleEntry>(
-      RuleEntry{name, GateComplex(name, std::move(rule)), variants});
-  for (const auto& n : variants) r.by_name[n] = entry.get();
-  r.by_name[name] = entry.get();
+  auto entry = std::make_unique<RuleEntry>();
+  entry->name = name;
+  std::string gate_key = scope == Scope::Graph      ? "graph:" + name
+                         : scope == Scope::Internal ? "internal:" + name
+                                                    : name;
+  entry->rule = GateComplex(gate_key, std::move(rule));
+  entry->variants = variants;
+  entry->scope = scope;
+  auto& names = r.by_name[static_cast<int>(scope)];
+  for (const auto& n : variants) names[n] = entry.get();
+  names[name] = entry.get();
   r.entries.push_back(std::move(entry));
+  return *r.entries.back();
 }
 
-void RegisterRandom(const std::string& name, Rule rule) {
-  Register(name, std::move(rule));
-  GetRegistry().entries.back()->random = true;
+uint64_t DrawPerOutputElement(const std::vector<Arg>&, const std::vector<TensorType>& outputs) {
+  // The product of every output dim (one value per element of a one-output
+  // op), plus one: the generator offsets eager mode has always used.
+  uint64_t n = 1;
+  for (const auto& t : outputs)
+    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+  return n + 1;
 }
 
-void RegisterRuntimeFloats(const std::string& name, Rule rule, std::vector<std::string> args) {
-  Register(name, std::move(rule));
-  GetRegistry().entries.back()->runtime_floats = true;
-  GetRegistry().entries.back()->runtime_float_args = std::move(args);
+RuleEntry& RegisterRandom(const std::string& name, Rule rule, Draws draws) {
+  RuleEntry& e = Register(name, std::move(rule));
+  e.draws = std::move(draws);
+  return e;
 }
 
-const RuleEntry* Find(const std::string& name) {
-  const Registry& r = GetRegistry();
-  auto it = r.by_name.find(name);
-  return it == r.by_name.end() ? nullptr : it->second;
+RuleEntry& RegisterRuntimeFloats(const std::string& name, Rule rule, std::vector<std::string> args) {
+  RuleEntry& e = Register(name, std::move(rule));
+  e.runtime_floats = true;
+  e.runtime_float_args = std::move(args);
+  return e;
 }
+
+const RuleEntry* Find(const std::string& name) { return Lookup(Scope::Everywhere, name); }
+
+const RuleEntry* FindForGraph(const std::string& name) {
+  if (const RuleEntry* e = Lookup(Scope::Graph, name)) return e;
+  const RuleEntry* e = Lookup(Scope::Everywhere, name);
+  // Find() also answers in-place / out= variant names with the functional
+  // rule; a graph needs the exact op.
+  return e && e->name == name ? e : nullptr;
+}
+
+const RuleEntry* FindInternal(const std::string& name) { return Lookup(Scope::Internal, name); }
 
 std::vector<const RuleEntry*> AllRules() {
   std::vector<const RuleEntry*> out;

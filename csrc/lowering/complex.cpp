@@ -129,7 +129,7 @@ const bool registered = [] {
   // data movement, +-*/, the unary math StableHLO defines on complex
   // numbers, matmuls and sums.
   MarkComplexCapable({
-      "_tpu_copy", "clone", "cat", "stack", "index_select", "gather", "flip", "roll",
+      "internal:copy_convert", "clone", "cat", "stack", "index_select", "gather", "flip", "roll",
       "repeat", "constant_pad_nd", "where.self", "where.ScalarOther", "where.ScalarSelf",
       "fill.Scalar", "fill.Tensor", "zero", "zeros_like", "ones_like", "full_like",
       "masked_fill.Scalar", "masked_fill.Tensor", "index_put", "index_copy", "index_add",
@@ -156,8 +156,8 @@ const bool registered = [] {
   Register("complex", ComplexFromParts, {"complex.out"});
   Register("polar", Polar, {"polar.out"});
   MarkComplexCapable({"angle", "conj_physical", "complex", "polar"});
-  Register("_tpu_graph::view_as_real", GraphViewAsReal);
-  Register("_tpu_graph::view_as_complex", GraphViewAsComplex);
+  Register("view_as_real", GraphViewAsReal, {}, Scope::Graph);
+  Register("view_as_complex", GraphViewAsComplex, {}, Scope::Graph);
   // The graph forms of views and constructors move or fill values only.
   std::vector<std::string> graph_ops = {"view_as_real", "view_as_complex"};
   for (const char* n : {"view", "_unsafe_view", "reshape", "alias", "detach", "lift_fresh_copy",
@@ -173,7 +173,7 @@ const bool registered = [] {
                         "new_empty", "empty_strided", "new_empty_strided", "ones", "ones_like",
                         "new_ones", "as_strided_scatter", "slice_scatter", "select_scatter"})
     graph_ops.push_back(n);
-  for (auto& n : graph_ops) n = "_tpu_graph::" + n;
+  for (auto& n : graph_ops) n = "graph:" + n;
   MarkComplexCapable(graph_ops);
   return true;
 }();

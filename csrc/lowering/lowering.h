@@ -83,14 +83,40 @@ struct Context {
 
 using Rule = std::function<std::vector<Value>(Context&, const std::vector<Arg>&)>;
 
+// Who may call a rule. Everywhere: eager ops (registered with PyTorch's
+// dispatcher under its schema name), fused chains and torch.compile graphs.
+// Graph: graphs only (functional forms of views and factories, which eager
+// serves natively). Internal: torch_tpu's own calls (copies), never an ATen op.
+enum class Scope { Everywhere, Graph, Internal };
+
+// Abstract arguments (Tensor args carry a Value with a type and no id) in,
+// the op's output types out.
+using OutputTypes = std::function<std::vector<TensorType>(const std::vector<Arg>&)>;
+// How many random values one call draws (its generator advances by that).
+using Draws = std::function<uint64_t(const std::vector<Arg>&, const std::vector<TensorType>&)>;
+
+// One entry of the table: the rule and what the dispatcher must know about
+// its op. Registration returns the entry so a rule file states it in place:
+//   Register("native_batch_norm", Rule).extra_mutated_args = {3, 4};
 struct RuleEntry {
   std::string name;                   // "add.Tensor"
   Rule rule;
   std::vector<std::string> variants;  // in-place and out= schema names
-  // Draws random numbers: gets a Generator arg (the op's own, or the
-  // default generator's state appended as the last arg when the schema has
-  // none, e.g. native_dropout).
-  bool random = false;
+  Scope scope = Scope::Everywhere;
+  // Output types when PyTorch's meta kernel cannot give them (empty: meta).
+  OutputTypes output_types;
+  // Schema indices of args the op writes although its schema does not say
+  // so (native_batch_norm's running stats): the rule returns their new
+  // values after the op's outputs.
+  std::vector<size_t> extra_mutated_args;
+  // Writes that are safe to repeat (fills write one value everywhere): an
+  // in-place destination may have self-overlapping elements (expand()).
+  bool repeat_safe_writes = false;
+  // Draws random numbers: the rule gets a Generator arg (the op's own, or
+  // the default generator's state appended as the last arg when the schema
+  // has none, e.g. native_dropout). Empty: not random.
+  Draws draws;
+  bool random() const { return static_cast<bool>(draws); }
   // float (Double) args are also passed as rank-0 runtime parameters in
   // `tensor` (and left out of the cache key): rules must then use `tensor`,
   // not `d` (learning rates of fused optimizers never recompile). Only the
@@ -106,26 +132,37 @@ struct RuleEntry {
   }
 };
 
+// What a random op draws by default: one value per output element, plus one.
+uint64_t DrawPerOutputElement(const std::vector<Arg>&, const std::vector<TensorType>& outputs);
+
 // Registers `rule` under an ATen schema name ("aten::" omitted) and the
 // in-place / out= variants that compute the same function.
-void Register(const std::string& name, Rule rule, std::vector<std::string> variants = {});
-// Registers a rule that draws random numbers (see RuleEntry::random).
-void RegisterRandom(const std::string& name, Rule rule);
+RuleEntry& Register(const std::string& name, Rule rule, std::vector<std::string> variants = {},
+                    Scope scope = Scope::Everywhere);
+// Registers a rule that draws random numbers (see RuleEntry::draws).
+RuleEntry& RegisterRandom(const std::string& name, Rule rule, Draws draws = DrawPerOutputElement);
 // Registers a rule whose float args are runtime parameters (see
 // RuleEntry::runtime_floats).
 // `args`: the names of the float args that are runtime (empty: all).
-void RegisterRuntimeFloats(const std::string& name, Rule rule,
-                           std::vector<std::string> args = {});
-const RuleEntry* Find(const std::string& name);  // functional or variant name
+RuleEntry& RegisterRuntimeFloats(const std::string& name, Rule rule,
+                                 std::vector<std::string> args = {});
+// The rule for an ATen op (functional or variant name) in eager mode.
+const RuleEntry* Find(const std::string& name);
+// The rule a graph uses for exactly this op: a Graph-scope rule first, else
+// an Everywhere rule registered under this very name (not as a variant).
+const RuleEntry* FindForGraph(const std::string& name);
+// An Internal rule.
+const RuleEntry* FindInternal(const std::string& name);
 
 // Complex dtypes. Every registered rule is gated: when an input or output is
-// complex, the rule registered here under the same (functional) name runs
-// instead, or the generic rule itself if marked capable; otherwise the op
-// raises Unsupported (CPU fallback). Rules written for real dtypes never see
-// complex values by accident.
-void RegisterComplex(const std::string& name, Rule rule);
-void MarkComplexCapable(const std::vector<std::string>& names);
-bool HasComplexRule(const std::string& name);
+// complex, the rule registered here under the same gate key runs instead, or
+// the generic rule itself if marked capable; otherwise the op raises
+// Unsupported (CPU fallback). Rules written for real dtypes never see
+// complex values by accident. Gate keys: the rule's name; "graph:<name>" for
+// Scope::Graph rules, "internal:<name>" for Scope::Internal ones.
+void RegisterComplex(const std::string& key, Rule rule);
+void MarkComplexCapable(const std::vector<std::string>& keys);
+bool HasComplexRule(const std::string& key);
 std::vector<const RuleEntry*> AllRules();
 
 struct Registrar {

@@ -90,8 +90,48 @@ std::vector<Value> GroupedMm(Context& c, const std::vector<Arg>& a) {
   throw std::invalid_argument("_grouped_mm: operands must be 2D or 3D");
 }
 
+void Check(bool ok, const std::string& message) {
+  if (!ok) throw std::invalid_argument(message);
+}
+
+// PyTorch's meta kernel takes bf16 operands only, while its CPU kernel and
+// this rule also take f32 and f16: the output type, with the CPU kernel's
+// checks.
+std::vector<TensorType> GroupedMmOutputTypes(const std::vector<Arg>& a) {
+  if (a.size() < 2 || a[0].kind != K::Tensor || a[1].kind != K::Tensor)
+    throw std::logic_error("_grouped_mm: expected tensors");
+  const TensorType& x = a[0].tensor.type;
+  const TensorType& w = a[1].tensor.type;
+  Check(x.dtype == ElementType::F32 || x.dtype == ElementType::F16 || x.dtype == ElementType::BF16,
+        std::string("Expected mat_a to be Float32, BFloat16 or Float16 matrix, got ") +
+            hlo::Name(x.dtype));
+  Check(x.dtype == w.dtype, "expected mat_a and mat_b to have the same dtype");
+  Check((x.rank() == 2 || x.rank() == 3) && (w.rank() == 2 || w.rank() == 3),
+        "Multiplicands must be 2D or 3D but got mat_a.dim()=" + std::to_string(x.rank()) +
+            " and mat_b.dim()=" + std::to_string(w.rank()));
+  Check(x.shape.back() == w.shape[w.rank() - 2], "contraction dimension of mat_a and mat_b must match");
+  bool has_offs = a.size() > 2 && a[2].kind == K::Tensor;
+  if (x.rank() == 2 || w.rank() == 2) {
+    Check(has_offs, "Offsets tensor not provided, but is needed for 2D multiplicand layouts.");
+    Check(a[2].tensor.rank() == 1, "Offsets tensor must be 1D");
+    Check(a[2].tensor.dtype() == ElementType::I32, "Offsets have to be int32");
+  } else {
+    Check(!has_offs, "Offsets tensor provided, but is not needed for 3D/3D multiplicand layouts.");
+    Check(x.shape[0] == w.shape[0], "batch sizes of mat_a and mat_b must match");
+  }
+  Check(a.size() <= 3 || a[3].is_none(), "Bias tensor provided, but it is not supported yet.");
+  Check(a.size() <= 4 || a[4].is_none() || a[4].dtype == x.dtype,
+        "Grouped gemm output dtype must match `mat_a` dtype");
+  std::vector<int64_t> sizes;
+  if (x.rank() == 2 && w.rank() == 3) sizes = {x.shape[0], w.shape[2]};
+  else if (x.rank() == 3 && w.rank() == 2) sizes = {x.shape[1], w.shape[1]};
+  else if (x.rank() == 2) sizes = {a[2].tensor.shape()[0], x.shape[0], w.shape[1]};
+  else sizes = {x.shape[0], x.shape[1], w.shape[2]};
+  return {TensorType{x.dtype, sizes}};
+}
+
 const bool registered = [] {
-  Register("_grouped_mm", GroupedMm);
+  Register("_grouped_mm", GroupedMm).output_types = GroupedMmOutputTypes;
   return true;
 }();
 

@@ -380,7 +380,7 @@ const bool registered = [] {
   // extra results (beyond the three outputs) for the dispatcher to write.
   Register("native_batch_norm", [](Context& c, const std::vector<Arg>& a) {
     return BatchNormForward(c, {&a[0], &a[1], &a[2], &a[3], &a[4], a.at(5).i != 0, a.at(6).d, a.at(7).d});
-  });
+  }).extra_mutated_args = {3, 4};
   // _native_batch_norm_legit(input, weight?, bias?, running_mean(a!),
   //   running_var(b!), training, momentum, eps) -> (out, save_mean,
   //   save_invstd). Mutates its running stats AND returns fresh outputs: the

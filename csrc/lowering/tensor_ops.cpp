@@ -367,9 +367,16 @@ const bool registered = [] {
     return One(c.b.Reshape(c.b.Convert(a[0].tensor, out.dtype), out.shape));
   });
 
-  Register("fill.Scalar", FillRule);
-  Register("fill.Tensor", FillRule);
-  Register("zero", [](Context& c, const std::vector<Arg>&) { return One(Zeros(c.b, Out(c))); });
+  // torch_tpu's own copies (tensor.copy_, transfers of views): the input
+  // converted to the destination's dtype and broadcast to its shape.
+  Register("copy_convert", [](Context& c, const std::vector<Arg>& a) {
+    return One(As(c.b, a.at(1), Out(c).dtype, Out(c).shape));
+  }, {}, Scope::Internal);
+  // Fills write one value everywhere: safe through expand()ed destinations.
+  Register("fill.Scalar", FillRule).repeat_safe_writes = true;
+  Register("fill.Tensor", FillRule).repeat_safe_writes = true;
+  Register("zero", [](Context& c, const std::vector<Arg>&) { return One(Zeros(c.b, Out(c))); })
+      .repeat_safe_writes = true;
   Register("arange.start_out", Arange);
   Register("linspace.out", Linspace);
   Register("eye.out", Eye);

@@ -2,9 +2,8 @@
 // conversions (_to_copy) and factories (full, zeros, arange, ...) as they
 // appear in torch.compile FX graphs. Eager mode never runs these: views are
 // native (storage, offset, sizes, strides) there and factories are native
-// kernels. They are registered as "_tpu_graph::<schema name>" so that the
-// eager dispatcher (which skips "_tpu_" names) does not register them as
-// kernels; the graph builder looks that name up first.
+// kernels. They are registered with Scope::Graph: the eager dispatcher does
+// not register them as kernels; the graph builder looks them up first.
 //
 // In a graph every tensor is a value, so a view is just a reshape, transpose
 // or slice of its input's value; strided views that are not expressible that
@@ -232,7 +231,7 @@ Rule ArangeRule(int form) {
   };
 }
 
-void G(const std::string& name, Rule r) { Register("_tpu_graph::" + name, std::move(r)); }
+void G(const std::string& name, Rule r) { Register(name, std::move(r), {}, Scope::Graph); }
 
 struct Registration {
   Registration() {

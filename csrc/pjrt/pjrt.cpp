@@ -1,5 +1,7 @@
 #include "pjrt/pjrt.h"
 
+#include <atomic>
+
 #include <dlfcn.h>
 
 #include <cstddef>
@@ -133,8 +135,15 @@ std::vector<std::pair<std::string, std::string>> Api::Attributes() const {
 
 // ---------------------------------------------------------------- Event
 
+namespace {
+std::atomic<bool> g_abandoned{false};
+}  // namespace
+
+void AbandonPluginInChild() { g_abandoned = true; }
+bool PluginAbandoned() { return g_abandoned.load(std::memory_order_relaxed); }
+
 Event::~Event() {
-  if (event_ == nullptr) return;
+  if (event_ == nullptr || PluginAbandoned()) return;
   Args<PJRT_Event_Destroy_Args> a;
   a.event = event_;
   api_->raw()->PJRT_Event_Destroy(&a);
@@ -156,6 +165,7 @@ bool Event::IsReady() const {
 // ---------------------------------------------------------------- Buffer
 
 Buffer::~Buffer() {
+  if (PluginAbandoned()) return;
   Args<PJRT_Buffer_Destroy_Args> a;
   a.buffer = buffer_;
   PJRT_Error* e = api_->raw()->PJRT_Buffer_Destroy(&a);
@@ -233,6 +243,7 @@ BufferPtr Buffer::CopyToDevice(PJRT_Device* device) const {
 // ---------------------------------------------------------------- Executable
 
 Executable::~Executable() {
+  if (PluginAbandoned()) return;
   Args<PJRT_LoadedExecutable_Destroy_Args> a;
   a.executable = exe_;
   PJRT_Error* e = api_->raw()->PJRT_LoadedExecutable_Destroy(&a);

@@ -183,6 +183,12 @@ class Api {
   int major_ = 0, minor_ = 0;
 };
 
+// In a fork()ed child the plugin's threads do not exist: calls into it can
+// hang. After this, destructors of PJRT objects release nothing (the child's
+// memory goes with the process).
+void AbandonPluginInChild();
+bool PluginAbandoned();
+
 // Serialized xla.CompileOptionsProto for one replica, one partition, placed
 // on the device with global id `device_id`. Exposed for tests.
 std::string SingleDeviceCompileOptions(int device_id);

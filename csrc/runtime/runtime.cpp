@@ -1,5 +1,7 @@
 #include "runtime/runtime.h"
 
+#include "runtime/scalar_bytes.h"
+
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sys/stat.h>
@@ -58,6 +60,20 @@ void Runtime::Initialize(const std::string& plugin_path, int cpu_device_count) {
 }
 
 bool Runtime::IsInitialized() { return Instance() != nullptr; }
+
+namespace {
+std::atomic<bool> g_forked_child{false};
+}  // namespace
+
+bool Runtime::InForkedChild() { return g_forked_child.load(); }
+
+int Runtime::DeviceIndexOf(const pjrt::Buffer& buffer) const {
+  PJRT_Device* d = buffer.device();
+  const auto& devices = client_->devices();
+  for (size_t i = 0; i < devices.size(); ++i)
+    if (devices[i].device == d) return static_cast<int>(i);
+  return -2;
+}
 
 Runtime& Runtime::Get() {
   auto& inst = Instance();
@@ -124,6 +140,12 @@ Runtime::Runtime(const std::string& plugin_path, int cpu_device_count)
       disk_key_prefix_ += "\n" + name + "=" + value;
   const char* blocking = std::getenv("TORCH_TPU_LAUNCH_BLOCKING");
   launch_blocking_ = blocking && std::string(blocking) == "1";
+  // fork(): see AtFork.
+  static bool fork_hooks = [] {
+    pthread_atfork([] { AtFork(0); }, [] { AtFork(1); }, [] { AtFork(2); });
+    return true;
+  }();
+  (void)fork_hooks;
   StartPrefetch();
 }
 
@@ -268,7 +290,6 @@ void Runtime::StartPrefetch() {
   }
   if (prefetch_order_.empty()) return;
   static bool hooks = [] {
-    pthread_atfork([] { AtFork(0); }, [] { AtFork(1); }, [] { AtFork(2); });
     std::atexit(StopPrefetchAtExit);
     return true;
   }();
@@ -353,9 +374,11 @@ void Runtime::StopPrefetch() {
   prefetch_done_.wait_for(lock, std::chrono::seconds(5), [this] { return !prefetch_running_; });
 }
 
-// fork() while the prefetcher runs: the child has no such thread, so it
-// forgets the pending work; the mutex is held across fork so that neither
-// side inherits it locked by a thread that does not exist.
+// fork(): the child has none of the parent's threads (the plugin's, the
+// prefetcher), so it must never call into the plugin again: it is marked as
+// a forked child (GetRuntime() then raises, as CUDA does) and PJRT objects it
+// inherited are abandoned, not destroyed. The mutex is held across fork so
+// that neither side inherits it locked by a thread that does not exist.
 void Runtime::AtFork(int phase) {
   if (!IsInitialized()) return;
   Runtime& rt = Get();
@@ -364,6 +387,8 @@ void Runtime::AtFork(int phase) {
     return;
   }
   if (phase == 2) {
+    g_forked_child = true;
+    pjrt::AbandonPluginInChild();
     rt.prefetch_running_ = false;
     rt.prefetch_stop_ = true;
     rt.prefetch_pending_.clear();
@@ -455,42 +480,13 @@ pjrt::BufferPtr Runtime::CachedScalar(const void* data, size_t nbytes, hlo::Elem
 }
 
 pjrt::BufferPtr Runtime::UploadScalar(double v, hlo::ElementType t, int device) {
-  using E = hlo::ElementType;
-  switch (t) {
-    case E::F64: return CachedScalar(&v, sizeof(v), t, device);
-    case E::F32: {
-      float f = static_cast<float>(v);
-      return CachedScalar(&f, sizeof(f), t, device);
-    }
-    default: return UploadInt(static_cast<int64_t>(v), t, device);
-  }
+  ScalarBytes bytes = EncodeScalar(v, t);
+  return CachedScalar(bytes.data, bytes.size, t, device);
 }
 
 pjrt::BufferPtr Runtime::UploadInt(int64_t v, hlo::ElementType t, int device) {
-  using E = hlo::ElementType;
-  switch (t) {
-    case E::Bool: {
-      uint8_t b = v != 0;
-      return CachedScalar(&b, sizeof(b), t, device);
-    }
-    case E::I32: {
-      int32_t i = static_cast<int32_t>(v);
-      return CachedScalar(&i, sizeof(i), t, device);
-    }
-    case E::U64:
-    case E::I64: return CachedScalar(&v, sizeof(v), t, device);
-    default: return UploadScalar(static_cast<double>(v), t, device);
-  }
-}
-
-pjrt::BufferPtr Runtime::Zeros(hlo::ElementType t, int64_t numel, int device) {
-  std::string key = std::string("zeros|") + hlo::Name(t) + "|" + std::to_string(numel);
-  auto exe = GetOrCompile(key, device, [&] {
-    hlo::Builder b("zeros");
-    b.Return({b.Splat(t, 0, {numel})});
-    return b.ToText();
-  });
-  return Execute(*exe, {}, {}, "zeros")[0];
+  ScalarBytes bytes = EncodeScalar(v, t);
+  return CachedScalar(bytes.data, bytes.size, t, device);
 }
 
 void Runtime::Download(const pjrt::Buffer& buffer, void* dst, size_t nbytes) {

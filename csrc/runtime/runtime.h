@@ -15,7 +15,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "hlo/builder.h"
+#include "hlo/element_type.h"
 #include "runtime/disk_cache.h"
 #include "pjrt/pjrt.h"
 
@@ -31,10 +31,11 @@ struct DeviceStorage {
   size_t nbytes = 0;
   hlo::ElementType dtype = hlo::ElementType::U8;
   pjrt::BufferPtr buffer;
-  // Fused eager: the storage's new value is `pending_value` in the module
-  // being recorded (buffer is stale until the recording is flushed).
-  bool pending = false;
-  hlo::Value pending_value;
+  // Fused eager: the storage's new value is the value with this id in the
+  // module being recorded (a 1-D array of `dtype`, numel() elements); buffer
+  // is stale until the recording is flushed. -1: not pending.
+  int pending_value = -1;
+  bool pending() const { return pending_value >= 0; }
   int64_t numel() const { return static_cast<int64_t>(nbytes / hlo::ByteSize(dtype)); }
 };
 
@@ -76,11 +77,16 @@ class Runtime {
   static void Initialize(const std::string& plugin_path, int cpu_device_count);
   static bool IsInitialized();
   static Runtime& Get();
+  // This process is a fork() of one that had initialized the runtime: the
+  // plugin's threads are gone, so nothing may call into it (it would hang).
+  static bool InForkedChild();
 
   const pjrt::Client& client() const { return *client_; }
   int device_count() const { return static_cast<int>(client_->devices().size()); }
   // "cpu", "cuda" or "tpu" (from the plugin's platform name).
   std::string platform() const;
+  // Index of the device holding `buffer` (-2 if none of ours).
+  int DeviceIndexOf(const pjrt::Buffer& buffer) const;
   const std::string& plugin_path() const { return plugin_path_; }
 
   // Compiled executable for `key`, compiling build() on a miss. Throws
@@ -98,11 +104,11 @@ class Runtime {
 
   pjrt::BufferPtr Upload(const void* data, hlo::ElementType t,
                          const std::vector<int64_t>& dims, int device);
-  // Rank-0 parameters; equal values share one cached, never-written buffer.
+  // Rank-0 parameters of any element type, converted as C++ converts (floats
+  // to the nearest value of a narrower float type); equal values share one
+  // cached, never-written buffer.
   pjrt::BufferPtr UploadScalar(double v, hlo::ElementType t, int device);
   pjrt::BufferPtr UploadInt(int64_t v, hlo::ElementType t, int device);
-  // A buffer of zeros, 1-D, numel elements (a cached tiny program).
-  pjrt::BufferPtr Zeros(hlo::ElementType t, int64_t numel, int device);
   void Download(const pjrt::Buffer& buffer, void* dst, size_t nbytes);
 
   // Device-side assertion results (rank-0 pred buffers) of executed ops.
@@ -114,7 +120,10 @@ class Runtime {
   void ResetStats() {
     stats_ = Stats();
     prefetched_ = 0;
+    ++stats_generation_;
   }
+  // Changes with every ResetStats(): counters cached by address re-find theirs.
+  int64_t stats_generation() const { return stats_generation_; }
   MemoryCounters& memory(int device) { return memory_.at(device); }
   bool launch_blocking() const { return launch_blocking_; }
   void set_launch_blocking(bool v) { launch_blocking_ = v; }
@@ -165,6 +174,7 @@ class Runtime {
   std::unique_ptr<DiskCache> disk_;
   std::string disk_key_prefix_;  // plugin identity, part of every disk key
   Stats stats_;
+  int64_t stats_generation_ = 0;
   bool launch_blocking_ = false;
 };
 

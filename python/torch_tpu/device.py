@@ -295,7 +295,9 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 
 
 def _is_in_bad_fork() -> bool:
-    return False
+    """Whether this process is a fork of one that used the tpu device (then
+    the device cannot be used here; torch.manual_seed skips it, as for CUDA)."""
+    return bool(_C._is_in_bad_fork())
 
 
 def _lazy_init() -> None:

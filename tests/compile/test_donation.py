@@ -16,7 +16,7 @@ import torch.nn as nn
 import torch_tpu
 import torch_tpu.compile as tpu_compile
 
-COPY_OPS = ("copy_", "_tpu_copy", "_copy_from", "_to_copy", "clone")
+COPY_OPS = ("copy_", "copy_convert", "_copy_from", "_to_copy", "clone")
 
 
 def _compiles() -> int:

@@ -1,0 +1,91 @@
+// The tpu allocator: a storage's DataPtr owns a runtime::DeviceStorage
+// (its PJRT buffer comes with the first write) and carries a unique, never
+// dereferenced address, so code that groups tensors by data_ptr() works.
+// A DeviceAllocator, so torch.accelerator.memory_* work.
+#include <c10/core/CachingDeviceAllocator.h>
+
+#include <atomic>
+
+#include "aten/tpu.h"
+
+namespace torch_tpu::aten {
+
+using runtime::DeviceStorage;
+using runtime::Runtime;
+
+namespace {
+
+// Addresses handed out as data pointers: unique per storage, never
+// dereferenced, in a range no host allocation uses.
+std::atomic<uint64_t> g_next_address{0x7e0000000000ULL};
+
+void DeleteStorage(void* ctx) {
+  auto* s = static_cast<DeviceStorage*>(ctx);
+  ForgetStorage(s);
+  if (Runtime::IsInitialized()) {  // also in a forked child: counters only
+    auto& m = Runtime::Get().memory(s->device);
+    m.allocated -= static_cast<int64_t>(s->nbytes);
+    ++m.num_frees;
+  }
+  delete s;
+}
+
+// A DeviceAllocator, so torch.accelerator.memory_* work: storages free their
+// buffers when released, nothing is cached.
+class TpuAllocator final : public c10::DeviceAllocator {
+ public:
+  at::DataPtr allocate(size_t nbytes) override {
+    int device = CurrentDevice();
+    auto* s = new DeviceStorage();
+    s->device = device;
+    s->nbytes = nbytes;
+    auto& m = GetRuntime().memory(device);
+    m.allocated += static_cast<int64_t>(nbytes);
+    m.peak = std::max(m.peak, m.allocated);
+    ++m.num_allocs;
+    uint64_t addr = g_next_address.fetch_add((nbytes + 511) / 256 * 256);
+    return {reinterpret_cast<void*>(addr), s, &DeleteStorage,
+            at::Device(at::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device))};
+  }
+  at::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  void copy_data(void*, const void*, std::size_t) const override {
+    TORCH_CHECK(false, "tpu storage bytes cannot be copied on the host; use tensor.copy_()");
+  }
+  bool initialized() override { return Runtime::IsInitialized(); }
+  void emptyCache(c10::MempoolId_t) override {}
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    const auto& m = GetRuntime().memory(device);
+    c10::CachingDeviceAllocator::DeviceStats stats;
+    for (auto* array : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes,
+                        &stats.requested_bytes}) {
+      auto& all = (*array)[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+      all.current = m.allocated;
+      all.peak = m.peak;
+    }
+    auto& n = stats.allocation[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+    n.current = m.num_allocs - m.num_frees;
+    n.allocated = m.num_allocs;
+    n.freed = m.num_frees;
+    stats.num_device_alloc = m.num_allocs;
+    stats.num_device_free = m.num_frees;
+    return stats;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    auto& m = GetRuntime().memory(device);
+    m.num_allocs = m.num_frees = 0;
+  }
+  void resetPeakStats(c10::DeviceIndex device) override {
+    auto& m = GetRuntime().memory(device);
+    m.peak = m.allocated;
+  }
+};
+
+TpuAllocator g_allocator;
+
+}  // namespace
+
+c10::DeviceAllocator* DeviceAllocator() { return &g_allocator; }
+
+
+}  // namespace torch_tpu::aten

@@ -1,0 +1,261 @@
+// The Python module torch_tpu._C: every binding of the native core (the
+// c10d backend's own bindings live with it, in distributed.cpp).
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/Event.h>
+#include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/extension.h>
+
+#include "aten/graph.h"
+
+namespace {
+
+using torch_tpu::aten::Graph;
+using torch_tpu::aten::GraphArg;
+using torch_tpu::aten::GraphTensorType;
+
+at::ScalarType DtypeOf(const py::handle& h) {
+  TORCH_CHECK(THPDtype_Check(h.ptr()), "expected a torch.dtype, got ",
+              std::string(py::str(h.get_type())));
+  return reinterpret_cast<THPDtype*>(h.ptr())->scalar_type;
+}
+
+std::vector<int64_t> ShapeOf(const py::handle& h) {
+  std::vector<int64_t> s;
+  for (auto d : h) s.push_back(d.cast<int64_t>());
+  return s;
+}
+
+// (dtype, shape) pairs.
+std::vector<GraphTensorType> TypesOf(const py::list& l) {
+  std::vector<GraphTensorType> out;
+  for (auto h : l) {
+    auto t = h.cast<py::tuple>();
+    out.push_back({DtypeOf(t[0]), ShapeOf(t[1])});
+  }
+  return out;
+}
+
+// A Python number: its value and category (Bool, I64 or F64).
+void AddNumber(GraphArg& g, const py::handle& h) {
+  using E = torch_tpu::hlo::ElementType;
+  if (py::isinstance<py::bool_>(h)) {
+    g.numbers.push_back(h.cast<bool>());
+    g.integers.push_back(h.cast<bool>());
+    g.categories.push_back(E::Bool);
+  } else if (py::isinstance<py::int_>(h)) {
+    g.numbers.push_back(0);
+    g.integers.push_back(h.cast<int64_t>());
+    g.categories.push_back(E::I64);
+  } else if (py::isinstance<py::float_>(h)) {
+    g.numbers.push_back(h.cast<double>());
+    g.integers.push_back(0);
+    g.categories.push_back(E::F64);
+  } else {
+    throw std::runtime_error("torch_tpu graph: unsupported scalar " + std::string(py::repr(h)));
+  }
+}
+
+// compile.py's (tag, value) argument tuples.
+GraphArg ArgOf(const py::handle& h) {
+  using K = GraphArg::Kind;
+  auto t = h.cast<py::tuple>();
+  std::string tag = t[0].cast<std::string>();
+  GraphArg g;
+  if (tag == "none") {
+    g.kind = K::None;
+  } else if (tag == "tensor") {
+    g.kind = K::Tensor;
+    g.ids.push_back(t[1].cast<int>());
+  } else if (tag == "tensors") {
+    g.kind = K::Tensors;
+    for (auto e : t[1]) g.ids.push_back(e.is_none() ? -1 : e.cast<int>());
+  } else if (tag == "scalar") {
+    g.kind = K::Scalar;
+    AddNumber(g, t[1]);
+  } else if (tag == "scalars") {
+    g.kind = K::Scalars;
+    for (auto e : t[1]) AddNumber(g, e);
+  } else if (tag == "int" || tag == "bool") {
+    g.kind = tag == "int" ? K::Int : K::Bool;
+    g.integers.push_back(tag == "int" ? t[1].cast<int64_t>() : (t[1].cast<bool>() ? 1 : 0));
+  } else if (tag == "ints") {
+    g.kind = K::Ints;
+    for (auto e : t[1]) g.integers.push_back(e.cast<int64_t>());
+  } else if (tag == "float") {
+    g.kind = K::Float;
+    g.f = t[1].cast<double>();
+  } else if (tag == "str") {
+    g.kind = K::Str;
+    g.s = t[1].cast<std::string>();
+  } else if (tag == "dtype") {
+    g.kind = K::Dtype;
+    g.dtype = DtypeOf(t[1]);
+  } else if (tag == "generator") {
+    g.kind = K::Generator;
+  } else {
+    throw std::runtime_error("torch_tpu graph: unknown argument tag '" + tag + "'");
+  }
+  return g;
+}
+
+// Exceptions as Python RuntimeError with the message (c10::Error included).
+template <typename F>
+auto Guarded(F f) {
+  try {
+    return f();
+  } catch (const py::error_already_set&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw std::runtime_error(e.what());
+  }
+}
+
+void RegisterGraphBindings(py::module_& m) {
+  py::class_<Graph>(m, "_Graph")
+      .def(py::init<>())
+      .def("add_input", [](Graph& g, py::handle dtype, py::handle shape) {
+        return Guarded([&] { return g.AddInput(DtypeOf(dtype), ShapeOf(shape)); });
+      })
+      .def("add_op", [](Graph& g, const std::string& op, const py::list& args, const py::list& outputs) {
+        return Guarded([&] {
+          std::vector<GraphArg> converted;
+          for (auto h : args) converted.push_back(ArgOf(h));
+          return g.AddOp(op, converted, TypesOf(outputs));
+        });
+      })
+      .def(
+          "set_outputs",
+          [](Graph& g, const std::vector<int>& ids, const py::list& strides,
+             const std::vector<std::pair<int, int>>& mutations) {
+            Guarded([&] {
+              std::vector<std::vector<int64_t>> s;
+              for (auto h : strides) s.push_back(ShapeOf(h));
+              g.SetOutputs(ids, s, mutations);
+              return 0;
+            });
+          },
+          py::arg("ids"), py::arg("strides"), py::arg("mutations") = std::vector<std::pair<int, int>>())
+      .def("compile", [](Graph& g, int device) { Guarded([&] { g.Compile(device); return 0; }); })
+      .def("run", [](Graph& g, const std::vector<at::Tensor>& inputs) {
+        return Guarded([&] { return g.Run(inputs); });
+      })
+      .def("text", &Graph::text)
+      .def_static("from_text",
+                  [](const std::string& text, const py::list& inputs, const py::list& outputs) {
+                    return Guarded([&] { return Graph::FromText(text, TypesOf(inputs), TypesOf(outputs)); });
+                  })
+      .def_static("has_rule", &Graph::HasRule)
+      .def_static("mutation_stats",
+                  [] {
+                    auto& c = torch_tpu::aten::GraphMutations();
+                    return std::map<std::string, int64_t>{
+                        {"donated", c.donated}, {"rebound", c.rebound}, {"copied_back", c.copied_back}};
+                  })
+      .def_static("reset_mutation_stats", [] { torch_tpu::aten::GraphMutations() = {}; });
+}
+
+using torch_tpu::aten::GetRuntime;
+
+py::dict Stats() {
+  auto& s = GetRuntime().stats();
+  py::dict d;
+  d["compiles"] = s.compiles;
+  d["cache_hits"] = s.cache_hits;
+  d["executions"] = s.executions;
+  d["compile_seconds"] = s.compile_seconds;
+  d["transfers_to_device"] = s.transfers_to_device;
+  d["transfers_to_host"] = s.transfers_to_host;
+  d["fallbacks"] = s.fallbacks;
+  d["native_ops"] = s.native_ops;
+  d["cache_size"] = GetRuntime().cache_size();
+  d["disk_hits"] = s.disk_hits;
+  d["disk_misses"] = s.disk_misses;
+  d["disk_prefetched"] = GetRuntime().prefetched();
+  d["disk_cache_dir"] = GetRuntime().disk_cache_dir();
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch_tpu native core";
+  RegisterGraphBindings(m);
+  torch_tpu::aten::RegisterDistributedBindings(m.ptr());
+  m.def("_register", &torch_tpu::aten::RegisterDevice);
+  m.def("_configure", &torch_tpu::aten::ConfigurePlugin);
+  m.def("_is_initialized", &torch_tpu::runtime::Runtime::IsInitialized);
+  m.def("_device_count", [] { return GetRuntime().device_count(); });
+  m.def("_platform", [] { return GetRuntime().platform(); });
+  m.def("_plugin_path", [] { return GetRuntime().plugin_path(); });
+  m.def("_build_identity", &torch_tpu::runtime::BuildIdentity);
+  m.def("_platform_version", [] { return GetRuntime().client().platform_version(); });
+  m.def("_device_kind", [](int d) { return GetRuntime().client().devices().at(d).kind; });
+  // Index of the PJRT device holding a tpu tensor's buffer (-1: no buffer yet).
+  m.def("_buffer_device", [](const at::Tensor& t) {
+    TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1, "_buffer_device: not a tpu tensor");
+    torch_tpu::aten::FlushPending();
+    auto* s = torch_tpu::aten::StorageOf(t);
+    if (!s->buffer) return -1;
+    return GetRuntime().DeviceIndexOf(*s->buffer);
+  });
+  m.def("_api_version", [] {
+    const auto& api = GetRuntime().client().api();
+    return py::make_tuple(api.major_version(), api.minor_version());
+  });
+  m.def("_probe_plugin", [](const std::string& path) {
+    try {
+      auto api = torch_tpu::pjrt::Api::Load(path);
+      return py::make_tuple(api->major_version(), api->minor_version());
+    } catch (const std::exception& e) {
+      throw std::runtime_error(e.what());
+    }
+  });
+  m.def("_default_generator", [](int idx) {
+    const at::Generator& gen = at::globalContext().defaultGenerator(
+        c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(idx)));
+    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(gen));
+  });
+  // torch.Event.elapsed_time accepts only exact torch.Event instances;
+  // torch.tpu.Event (a subclass) times through this.
+  m.def("_event_elapsed_time", [](py::handle start, py::handle end) {
+    TORCH_CHECK(THPEvent_Check(start.ptr()) && THPEvent_Check(end.ptr()),
+                "elapsed_time: expected two torch.Event objects");
+    auto* a = reinterpret_cast<THPEvent*>(start.ptr());
+    auto* b = reinterpret_cast<THPEvent*>(end.ptr());
+    return a->event.elapsedTime(b->event);
+  });
+  m.def("_flush", [] { torch_tpu::aten::FlushPending(); });
+  m.def("_is_in_bad_fork", &torch_tpu::runtime::Runtime::InForkedChild);
+  m.def("_set_fusion", [](bool v) { torch_tpu::aten::SetFusion(v); });
+  m.def("_fusion_enabled", [] { return torch_tpu::aten::FusionEnabled(); });
+  m.def("_current_device", [] { return torch_tpu::aten::CurrentDevice(); });
+  m.def("_set_device", [](int d) { torch_tpu::aten::SetCurrentDevice(d); });
+  m.def("_synchronize", [](int d) {
+    py::gil_scoped_release release;
+    torch_tpu::aten::FlushPending();
+    GetRuntime().Synchronize(d);
+  });
+  m.def("_stats", &Stats);
+  m.def("_reset_stats", [] { GetRuntime().ResetStats(); });
+  m.def("_clear_cache", [] { GetRuntime().ClearCache(); });
+  m.def("_set_launch_blocking", [](bool v) { GetRuntime().set_launch_blocking(v); });
+  m.def("_memory", [](int d) {
+    auto& mem = GetRuntime().memory(d);
+    py::dict r;
+    r["allocated_bytes"] = mem.allocated;
+    r["peak_allocated_bytes"] = mem.peak;
+    r["num_allocs"] = mem.num_allocs;
+    r["num_frees"] = mem.num_frees;
+    return r;
+  });
+  m.def("_reset_peak", [](int d) {
+    auto& mem = GetRuntime().memory(d);
+    mem.peak = mem.allocated;
+  });
+  m.def("_native_ops", [] {
+    std::vector<std::string> names;
+    for (const auto* e : torch_tpu::lowering::AllRules()) names.push_back(e->name);
+    return names;
+  });
+}

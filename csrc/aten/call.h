@@ -1,0 +1,154 @@
+// An ATen call on tpu tensors, in the three stages every execution mode
+// shares: PLAN (what each argument is: a storage read, a view offset, a
+// scalar, an RNG state, a CPU tensor; and the cache key), OUTPUTS (the types
+// the op returns, from the rule or PyTorch's meta kernel) and EMIT (the rule
+// builds the op into a module, reading views out of storages and writing
+// results back through them). Strict eager compiles and launches the module
+// (eager.cpp), fused eager records it into a chain (fused.cpp).
+#pragma once
+
+#include <vector>
+
+#include "aten/tpu.h"
+#include "runtime/launcher.h"
+
+namespace torch_tpu::aten {
+
+enum class Variant { Functional, InPlace, Out };
+
+// What the dispatcher knows of one registered ATen op (op_table.cpp).
+struct OpDesc {
+  std::string name;  // "add.Tensor"
+  const lowering::RuleEntry* rule = nullptr;
+  Variant variant = Variant::Functional;
+  std::vector<size_t> out_args;  // schema indices of out= tensors
+  // InPlace: schema indices of the mutated (non-out) Tensor / Tensor[] args.
+  // The rule returns one value per mutated tensor, lists flattened.
+  std::vector<size_t> mutable_args;
+  // Its entry in debug.stats()["native_ops"], found once per stats reset.
+  mutable int64_t* native_count = nullptr;
+  mutable int64_t stats_generation = -1;
+};
+
+// Counts one native run of the op.
+void CountNative(const OpDesc& desc);
+
+// The op table (op_table.cpp): the entry of a registered op, and an entry
+// for an Internal rule called as an op of the given variant.
+const OpDesc& FindOp(const c10::OperatorHandle& op);
+OpDesc InternalOp(const std::string& name, Variant variant, std::vector<size_t> mutable_args);
+
+// Plans and runs one call (eager.cpp); returns fresh outputs, then mutated
+// tensors.
+std::vector<c10::IValue> RunCall(const OpDesc& desc, const c10::OperatorHandle& op,
+                                 const std::vector<c10::IValue>& args);
+
+// One module parameter of a call.
+struct Param {
+  enum class Kind { Storage, Offset, Scalar, Rng, CpuTensor } kind;
+  size_t storage = 0;        // Storage: index into Plan::storages
+  int64_t offset = 0;        // Offset
+  c10::Scalar scalar;        // Scalar
+  hlo::ElementType dtype = hlo::ElementType::F32;
+  uint64_t rng[2] = {0, 0};  // Rng
+  at::Tensor cpu;            // CpuTensor
+};
+
+// A tpu tensor read by the call: a view of one of the plan's storages.
+struct TensorIn {
+  size_t storage;
+  hlo::ElementType dtype;
+  lowering::ViewGeometry geometry;
+  int offset_param = -1;
+  int storage_param = -1;
+};
+
+// One schema argument: its kind, where its values come from, its literal.
+struct ArgPlan {
+  lowering::Arg::Kind kind = lowering::Arg::Kind::None;
+  std::vector<int> tensors;  // indices into Plan::inputs (-1: None in Tensor?[])
+  int param = -1;            // Scalar / Rng / CpuTensor / runtime Double
+  lowering::Arg literal;
+};
+
+// Where one result goes: an existing tensor (in-place self, out=) written
+// through its view, or a fresh tensor (tensor undefined).
+struct Dest {
+  at::Tensor tensor;
+  size_t storage = 0;
+  lowering::ViewGeometry geometry;
+  int offset_param = -1;
+  hlo::ElementType dtype;
+};
+
+struct Plan {
+  std::vector<runtime::DeviceStorage*> storages;
+  std::vector<int> storage_param;  // per storage, -1 if not a parameter
+  std::vector<Param> params;
+  std::vector<TensorIn> inputs;
+  std::vector<ArgPlan> args;       // per schema arg (+ an appended generator)
+  std::vector<bool> is_out;        // per schema arg
+  std::vector<at::Tensor> dest_tensors;  // in-place / out= destinations
+  std::vector<Dest> dests;         // their writes (fresh outputs added later)
+  std::string key;
+  int device = -1;
+  bool any_f64 = false;
+};
+
+// PyTorch's description of one result.
+struct OutputSpec {
+  std::vector<int64_t> sizes, strides;
+  at::ScalarType dtype;
+  // An output the op does not produce for these arguments (e.g.
+  // convolution_backward with output_mask false): returned undefined, not
+  // listed in the rule's ctx.outputs.
+  bool defined = true;
+};
+
+// A planned call with its outputs: everything emission and launch need.
+struct Call {
+  const OpDesc* desc = nullptr;
+  Plan plan;
+  std::vector<OutputSpec> specs;       // the rule's outputs (defined ones), then mutated tensors
+  std::vector<bool> undefined_outputs;  // per meta output (functional ops)
+  std::vector<OutputSpec> cached;      // what the output cache keeps for this key
+  std::vector<size_t> written;         // storages written, in result order
+};
+
+// ---- stage 1: plan (call_plan.cpp)
+Plan PlanCall(const OpDesc& desc, const c10::FunctionSchema& schema,
+              const std::vector<c10::IValue>& args);
+// Adds fresh-output destinations, RNG states and the written-storage list.
+void FinishPlan(Call& call, const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args);
+hlo::TensorType ParamType(const Plan& plan, const Param& q);
+runtime::LaunchParam LaunchValue(const Plan& plan, const Param& q);
+
+// ---- stage 2: outputs (call_outputs.cpp). Returns false when `args` changed
+// (an out= tensor was resized): plan again.
+bool ComputeOutputs(Call& call, const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
+                    const std::vector<OutputSpec>* cached);
+// Rule arguments with types and no values (Tensor args: Value with id -1).
+std::vector<lowering::Arg> AbstractArgs(const Plan& plan);
+
+// ---- stage 3: emit (call_emit.cpp). Given a Value per plan parameter,
+// returns the new values of the written storages, then the fresh outputs
+// (flat storage values), and the device assertions.
+struct Emitted {
+  std::vector<hlo::Value> written_values, fresh_values;
+  std::vector<lowering::Context::Check> checks;
+};
+Emitted EmitCall(const Call& call, hlo::Builder& b, const std::vector<hlo::Value>& params);
+
+// A fresh tpu tensor for result i of the call (its storage not yet written).
+at::Tensor FreshTensor(const Call& call, size_t i);
+// Results in the op's order, with undefined tensors where it has none.
+std::vector<c10::IValue> WithUndefined(const Call& call, std::vector<c10::IValue> results);
+
+// The recorder of fused eager (fused.cpp).
+bool Recording();
+// Records the call into the fused chain; returns the op's results.
+std::vector<c10::IValue> RecordCall(Call& call);
+// Whether the storage's pending value can be used by an op reading it as `t`.
+bool PendingUsable(const runtime::DeviceStorage* s, hlo::ElementType t);
+
+}  // namespace torch_tpu::aten

@@ -1,0 +1,125 @@
+// Stage 3 of a call: the rule builds the op into a module. Inputs are read
+// out of their storages' values (views: sliced at their runtime offsets);
+// results are converted to PyTorch's dtypes and written back through the
+// destinations' views (a fresh output becomes a flat storage value).
+#include "aten/call.h"
+
+namespace torch_tpu::aten {
+
+using hlo::ElementType;
+using hlo::TensorType;
+using hlo::Value;
+using lowering::Arg;
+
+namespace {
+
+Value Read(const Plan& plan, hlo::Builder& b, const std::vector<Value>& params, int idx) {
+  const TensorIn& in = plan.inputs[idx];
+  Value storage = params[plan.storage_param[in.storage]];
+  Value offset = in.offset_param >= 0 ? params[in.offset_param] : Value();
+  return lowering::ReadView(b, storage, offset, in.geometry);
+}
+
+std::vector<Arg> RuleArgs(const Plan& plan, hlo::Builder& b, const std::vector<Value>& params) {
+  std::vector<Arg> rule_args;
+  for (size_t i = 0; i < plan.args.size(); ++i) {
+    if (i < plan.is_out.size() && plan.is_out[i]) continue;
+    const ArgPlan& ap = plan.args[i];
+    Arg a = ap.literal;
+    a.kind = ap.kind;
+    if (ap.kind == Arg::Kind::Tensor) {
+      a.tensor = ap.param >= 0 ? params[ap.param] : Read(plan, b, params, ap.tensors[0]);
+    } else if (ap.kind == Arg::Kind::TensorList) {
+      for (int t : ap.tensors) a.tensors.push_back(t >= 0 ? Read(plan, b, params, t) : Value());
+    } else if (ap.kind == Arg::Kind::Scalar || ap.kind == Arg::Kind::Generator) {
+      a.tensor = params[ap.param];
+    } else if (ap.kind == Arg::Kind::Double && ap.param >= 0) {
+      a.tensor = params[ap.param];
+    } else if (ap.kind == Arg::Kind::ScalarList) {
+      for (size_t k = 0; k < ap.tensors.size(); ++k) a.tensors.push_back(params[ap.tensors[k]]);
+      a.ints = ap.literal.ints;  // each element's category (ElementType)
+    }
+    rule_args.push_back(a);
+  }
+  return rule_args;
+}
+
+// A rule may return every output in the op's order, including those the op
+// leaves undefined for these arguments: keep the defined ones.
+std::vector<Value> DefinedResults(const Call& call, std::vector<Value> results) {
+  if (results.size() == call.undefined_outputs.size() && results.size() > call.specs.size()) {
+    std::vector<Value> kept;
+    for (size_t i = 0; i < results.size(); ++i)
+      if (!call.undefined_outputs[i]) kept.push_back(results[i]);
+    results = kept;
+  }
+  TORCH_CHECK(results.size() >= call.specs.size(), call.desc->name, ": lowering rule returned ",
+              results.size(), " values, expected ", call.specs.size());
+  return results;
+}
+
+// A fresh output as the flat value of its new storage.
+Value FreshStorageValue(hlo::Builder& b, const OutputSpec& spec, Value v) {
+  lowering::ViewGeometry g;
+  g.sizes = spec.sizes;
+  g.strides = spec.strides;
+  int64_t n = static_cast<int64_t>(at::detail::computeStorageNbytes(spec.sizes, spec.strides, 1));
+  g.storage_numel = n;
+  g.whole = g.strides == lowering::ContiguousStrides(g.sizes) || v.type.numel() == n;
+  if (v.type.numel() == n && g.strides != lowering::ContiguousStrides(g.sizes)) g.whole = false;
+  if (g.whole) return b.Reshape(v, {n});
+  return lowering::WriteView(b, b.Splat(v.dtype(), 0, {n}), b.ConstantInt(ElementType::I64, 0), g, v);
+}
+
+}  // namespace
+
+Emitted EmitCall(const Call& call, hlo::Builder& b, const std::vector<Value>& params) {
+  const Plan& plan = call.plan;
+  const std::string& name = call.desc->name;
+  lowering::Context ctx{b};
+  ctx.op = name;
+  ctx.fp32_highest = at::globalContext().float32MatmulPrecision() == at::Float32MatmulPrecision::HIGHEST;
+  for (const auto& s : call.specs)
+    ctx.outputs.push_back(TensorType{ToElementType(s.dtype, name.c_str()), s.sizes});
+  std::vector<Value> results = DefinedResults(call, call.desc->rule->rule(ctx, RuleArgs(plan, b, params)));
+  std::vector<Value> current(plan.storages.size());
+  for (size_t s = 0; s < plan.storages.size(); ++s)
+    if (plan.storage_param[s] >= 0) current[s] = params[plan.storage_param[s]];
+  Emitted e;
+  for (size_t i = 0; i < call.specs.size(); ++i) {
+    Value v = results[i];
+    TORCH_CHECK(v.shape() == call.specs[i].sizes, name, ": lowering rule produced ", v.type.str(),
+                " but PyTorch expects shape [", hlo::Ints(call.specs[i].sizes), "]");
+    const Dest& d = plan.dests[i];
+    v = b.Convert(v, d.dtype);
+    if (!d.tensor.defined()) {
+      e.fresh_values.push_back(FreshStorageValue(b, call.specs[i], v));
+      continue;
+    }
+    Value offset = d.offset_param >= 0 ? params[d.offset_param] : Value();
+    current[d.storage] = lowering::WriteView(b, current[d.storage], offset, d.geometry, v);
+  }
+  for (size_t k : call.written) e.written_values.push_back(current[k]);
+  e.checks = ctx.checks;
+  return e;
+}
+
+at::Tensor FreshTensor(const Call& call, size_t i) {
+  const OutputSpec& spec = call.specs[i];
+  at::Tensor t = at::empty_strided(
+      spec.sizes, spec.strides,
+      at::TensorOptions().dtype(spec.dtype).device(c10::DeviceType::PrivateUse1, call.plan.device));
+  StorageOf(t)->dtype = call.plan.dests[i].dtype;
+  return t;
+}
+
+std::vector<c10::IValue> WithUndefined(const Call& call, std::vector<c10::IValue> results) {
+  const auto& undefined = call.undefined_outputs;
+  if (std::find(undefined.begin(), undefined.end(), true) == undefined.end()) return results;
+  std::vector<c10::IValue> all;
+  size_t k = 0;
+  for (bool u : undefined) all.push_back(u ? c10::IValue(at::Tensor()) : results[k++]);
+  return all;
+}
+
+}  // namespace torch_tpu::aten

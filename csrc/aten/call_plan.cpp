@@ -1,0 +1,474 @@
+// Stage 1 of a call: how its arguments map onto module parameters and
+// storage writes, and its cache key. Computed for every call (cheap); the
+// module is built from it only on a cache miss.
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include "aten/call.h"
+
+namespace torch_tpu::aten {
+
+using hlo::ElementType;
+using hlo::TensorType;
+using lowering::Arg;
+using runtime::DeviceStorage;
+
+namespace {
+
+// A storage about to be read or written by the call: a pending fused value
+// stays pending when the op is recorded too; otherwise it gets a buffer.
+void PrepareForOp(DeviceStorage* s, ElementType t) {
+  if (PendingUsable(s, t)) return;
+  PrepareStorage(s, t);
+}
+
+size_t StorageIndex(Plan& p, DeviceStorage* s) {
+  for (size_t i = 0; i < p.storages.size(); ++i)
+    if (p.storages[i] == s) return i;
+  p.storages.push_back(s);
+  p.storage_param.push_back(-1);
+  return p.storages.size() - 1;
+}
+
+int AddParam(Plan& p, Param param) {
+  p.params.push_back(std::move(param));
+  return static_cast<int>(p.params.size()) - 1;
+}
+
+int StorageParam(Plan& p, size_t storage) {
+  if (p.storage_param[storage] < 0) {
+    Param q{Param::Kind::Storage};
+    q.storage = storage;
+    q.dtype = p.storages[storage]->dtype;
+    p.storage_param[storage] = AddParam(p, q);
+  }
+  return p.storage_param[storage];
+}
+
+void CheckDevice(Plan& p, const at::Tensor& t, const std::string& op) {
+  int d = t.device().index();
+  if (p.device < 0) p.device = d;
+  TORCH_CHECK(p.device == d, "Expected all tensors to be on the same device, but found at "
+              "least two devices, tpu:", p.device, " and tpu:", d, "! (when checking ",
+              op, ")");
+}
+
+int AddTensor(Plan& p, const at::Tensor& t, const std::string& op) {
+  CheckDevice(p, t, op);
+  ElementType dtype = ToElementType(t.scalar_type(), op.c_str());
+  if (dtype == ElementType::F64 || dtype == ElementType::C128) p.any_f64 = true;
+  DeviceStorage* s = StorageOf(t);
+  PrepareForOp(s, dtype);
+  TensorIn in{StorageIndex(p, s), dtype, GeometryOf(t)};
+  in.storage_param = StorageParam(p, in.storage);
+  if (!in.geometry.whole) {
+    Param q{Param::Kind::Offset};
+    q.offset = t.storage_offset();
+    in.offset_param = AddParam(p, q);
+  }
+  p.key += "T" + std::to_string(in.storage) + hlo::Name(dtype) + in.geometry.key();
+  p.inputs.push_back(in);
+  return static_cast<int>(p.inputs.size()) - 1;
+}
+
+ElementType ScalarCategory(const c10::Scalar& s) {
+  if (s.isBoolean()) return ElementType::Bool;
+  if (s.isIntegral(false)) return ElementType::I64;
+  if (s.isFloatingPoint()) return ElementType::F64;
+  return ElementType::C128;  // complex: c10::Scalar holds a complex<double>
+}
+
+// A scalar's exact value as text (hex floats), for cache keys.
+std::string ExactString(const c10::Scalar& s) {
+  if (s.isFloatingPoint()) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%a", s.toDouble());
+    return buf;
+  }
+  if (s.isBoolean()) return s.toBool() ? "true" : "false";
+  if (s.isComplex()) {
+    char buf[96];
+    auto z = s.toComplexDouble();
+    std::snprintf(buf, sizeof(buf), "(%a,%a)", z.real(), z.imag());
+    return buf;
+  }
+  return std::to_string(s.toLong());
+}
+
+ArgPlan ScalarArg(Plan& p, const c10::Scalar& s) {
+  ArgPlan a;
+  a.kind = Arg::Kind::Scalar;
+  a.literal.scalar_type = ScalarCategory(s);
+  Param q{Param::Kind::Scalar};
+  q.scalar = s;
+  q.dtype = a.literal.scalar_type;
+  a.param = AddParam(p, q);
+  p.key += std::string("S") + hlo::Name(q.dtype);
+  return a;
+}
+
+ArgPlan TensorArg(Plan& p, const at::Tensor& t, const std::string& op) {
+  ArgPlan a;
+  if (t.device().type() == c10::DeviceType::PrivateUse1) {
+    a.kind = Arg::Kind::Tensor;
+    a.tensors.push_back(AddTensor(p, t, op));
+    return a;
+  }
+  TORCH_CHECK(t.device().is_cpu() && t.dim() == 0,
+              "Expected all tensors to be on the same device, but found at least two "
+              "devices, tpu and ", t.device(), "! (when checking argument for ", op, ")");
+  if (t.unsafeGetTensorImpl()->is_wrapped_number()) return ScalarArg(p, t.item());
+  a.kind = Arg::Kind::Tensor;
+  a.literal.is_cpu_scalar = true;
+  Param q{Param::Kind::CpuTensor};
+  q.cpu = t;
+  q.dtype = ToElementType(t.scalar_type(), op.c_str());
+  a.param = AddParam(p, q);
+  p.key += std::string("C") + hlo::Name(q.dtype);
+  return a;
+}
+
+c10::TypePtr Unwrap(const c10::TypePtr& t) {
+  if (t->kind() == c10::TypeKind::OptionalType) return t->castRaw<c10::OptionalType>()->getElementType();
+  return t;
+}
+
+std::vector<int64_t> IntList(const c10::IValue& v) {
+  if (v.isIntList()) return v.toIntVector();
+  std::vector<int64_t> out;
+  for (const auto& e : v.toListRef()) out.push_back(e.isInt() ? e.toInt() : e.toSymInt().expect_int());
+  return out;
+}
+
+ArgPlan PlanArg(Plan& p, const c10::Argument& arg, const c10::IValue& v, const std::string& op,
+                bool runtime_floats) {
+  ArgPlan a;
+  if (v.isNone() || (v.isTensor() && !v.toTensor().defined())) {
+    p.key += "N";
+    return a;
+  }
+  c10::TypePtr type = Unwrap(arg.real_type());
+  switch (type->kind()) {
+    case c10::TypeKind::TensorType:
+      return TensorArg(p, v.toTensor(), op);
+    case c10::TypeKind::NumberType:
+      return ScalarArg(p, v.toScalar());
+    case c10::TypeKind::IntType:
+    case c10::TypeKind::SymIntType:
+      a.kind = Arg::Kind::Int;
+      a.literal.i = v.isInt() ? v.toInt() : v.toSymInt().expect_int();
+      p.key += "I" + std::to_string(a.literal.i);
+      return a;
+    case c10::TypeKind::FloatType:
+      a.kind = Arg::Kind::Double;
+      a.literal.d = v.toDouble();
+      if (runtime_floats) {  // also a runtime parameter; the value stays out of the key
+        Param q{Param::Kind::Scalar};
+        q.scalar = v.toDouble();
+        q.dtype = ElementType::F64;
+        a.param = AddParam(p, q);
+        p.key += "d";
+      } else {
+        p.key += "D" + ExactString(c10::Scalar(a.literal.d));
+      }
+      return a;
+    case c10::TypeKind::BoolType:
+      a.kind = Arg::Kind::Bool;
+      a.literal.i = v.toBool();
+      p.key += a.literal.i ? "B1" : "B0";
+      return a;
+    case c10::TypeKind::StringType:
+      a.kind = Arg::Kind::String;
+      a.literal.s = v.toStringRef();
+      p.key += "s" + a.literal.s;
+      return a;
+    case c10::TypeKind::ScalarTypeType:
+      a.kind = Arg::Kind::ScalarType;
+      a.literal.dtype = ToElementType(v.toScalarType(), op.c_str());
+      p.key += std::string("t") + hlo::Name(a.literal.dtype);
+      return a;
+    case c10::TypeKind::MemoryFormatType:
+      p.key += "m" + std::to_string(static_cast<int>(v.toMemoryFormat()));
+      return a;
+    case c10::TypeKind::LayoutType:
+    case c10::TypeKind::DeviceObjType:
+      return a;
+    case c10::TypeKind::GeneratorType: {
+      a.kind = Arg::Kind::Generator;
+      Param q{Param::Kind::Rng};
+      a.param = AddParam(p, q);  // filled in Run() once numel is known
+      p.key += "G";
+      return a;
+    }
+    case c10::TypeKind::ListType: {
+      c10::TypePtr elem = Unwrap(type->castRaw<c10::ListType>()->getElementType());
+      if (elem->kind() == c10::TypeKind::TensorType) {
+        a.kind = Arg::Kind::TensorList;
+        p.key += "[";
+        for (const auto& e : v.toListRef()) {
+          if (e.isNone() || (e.isTensor() && !e.toTensor().defined())) {
+            a.tensors.push_back(-1);
+            p.key += "N";
+            continue;
+          }
+          ArgPlan t = TensorArg(p, e.toTensor(), op);
+          if (t.kind != Arg::Kind::Tensor || t.tensors.empty())
+            throw lowering::Unsupported(op + ": CPU tensors inside a tensor list");
+          a.tensors.push_back(t.tensors[0]);
+        }
+        p.key += "]";
+        return a;
+      }
+      if (elem->kind() == c10::TypeKind::IntType || elem->kind() == c10::TypeKind::SymIntType) {
+        a.kind = Arg::Kind::IntList;
+        a.literal.ints = IntList(v);
+        p.key += "L" + hlo::Ints(a.literal.ints);
+        return a;
+      }
+      if (elem->kind() == c10::TypeKind::NumberType) {  // Scalar[]: runtime params
+        a.kind = Arg::Kind::ScalarList;
+        p.key += "[";
+        for (const auto& e : v.toListRef()) {
+          ArgPlan sa = ScalarArg(p, e.toScalar());
+          a.tensors.push_back(sa.param);
+          a.literal.ints.push_back(static_cast<int64_t>(sa.literal.scalar_type));
+        }
+        p.key += "]";
+        return a;
+      }
+      if (elem->kind() == c10::TypeKind::BoolType) {
+        a.kind = Arg::Kind::IntList;
+        for (bool b : v.toBoolList()) a.literal.ints.push_back(b);
+        p.key += "L" + hlo::Ints(a.literal.ints);
+        return a;
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  throw lowering::Unsupported(op + ": argument '" + arg.name() + "' of type " + type->str() +
+                              " is not supported natively");
+}
+
+}  // namespace
+
+namespace {
+
+// Writes into existing tensors (in-place self, out= tensors).
+void PlanDestinations(Plan& plan, const OpDesc& desc, const std::vector<c10::IValue>& args) {
+  const std::string& name = desc.name;
+  if (desc.variant == Variant::InPlace) {
+    for (size_t i : desc.mutable_args) {
+      if (args[i].isTensor()) {
+        if (args[i].toTensor().defined()) plan.dest_tensors.push_back(args[i].toTensor());
+      } else if (args[i].isTensorList()) {
+        for (const at::Tensor& t : args[i].toTensorVector()) plan.dest_tensors.push_back(t);
+      }
+    }
+  } else if (desc.variant == Variant::Out) {
+    for (size_t i : desc.out_args) {
+      const at::Tensor& t = args[i].toTensor();
+      TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1, name,
+                  ": out= tensor must be on tpu, got ", t.device());
+      CheckDevice(plan, t, name);
+      plan.dest_tensors.push_back(t);
+    }
+  }
+  if (plan.device < 0) plan.device = CurrentDevice();
+  for (const auto& t : plan.dest_tensors)
+    plan.key += "O" + std::to_string(static_cast<int>(t.scalar_type())) + hlo::Ints(t.sizes().vec()) +
+                "/" + hlo::Ints(t.strides().vec());
+  for (const at::Tensor& t : plan.dest_tensors) {
+    Dest d;
+    d.tensor = t;
+    d.dtype = ToElementType(t.scalar_type(), name.c_str());
+    DeviceStorage* s = StorageOf(t);
+    PrepareForOp(s, d.dtype);
+    d.storage = StorageIndex(plan, s);
+    d.geometry = GeometryOf(t);
+    if (!d.geometry.whole) {  // a partial write needs the old storage value
+      StorageParam(plan, d.storage);
+      Param q{Param::Kind::Offset};
+      q.offset = t.storage_offset();
+      d.offset_param = AddParam(plan, q);
+    }
+    plan.key += "W" + std::to_string(d.storage) + d.geometry.key();
+    plan.dests.push_back(d);
+  }
+}
+
+void AddGenerator(Plan& plan, ArgPlan& a) {
+  a.kind = Arg::Kind::Generator;
+  a.param = AddParam(plan, Param{Param::Kind::Rng});
+  plan.key += "G";
+}
+
+// Generators appear as None when not given: they still need a state param.
+// Random rules of ops without a generator argument (native_dropout, ...)
+// draw from the default generator: an extra, last argument.
+void PlanGenerators(Plan& plan, const OpDesc& desc, const c10::FunctionSchema& schema) {
+  bool has_generator = false;
+  for (size_t i = 0; i < plan.args.size(); ++i) {
+    if (plan.args[i].kind == Arg::Kind::Generator) has_generator = true;
+    if (plan.args[i].kind != Arg::Kind::None || plan.is_out[i]) continue;
+    if (Unwrap(schema.arguments()[i].real_type())->kind() != c10::TypeKind::GeneratorType) continue;
+    AddGenerator(plan, plan.args[i]);
+    has_generator = true;
+  }
+  if (desc.rule->random() && !has_generator) {
+    plan.args.emplace_back();
+    AddGenerator(plan, plan.args.back());
+  }
+}
+
+// The parts of the key that are not arguments: matmul precision, the float
+// width of scalars, the device, and (without tensor inputs) scalar values.
+void FinishKey(Plan& plan) {
+  // fp32 matmul precision is baked into dot_general.
+  plan.key += at::globalContext().float32MatmulPrecision() == at::Float32MatmulPrecision::HIGHEST
+                  ? "|hi"
+                  : "|lo";
+  // Without tensor inputs (arange.out and the like) scalars can decide the
+  // output shape, which meta computes once per key: make them part of it.
+  if (plan.inputs.empty()) {
+    for (const auto& q : plan.params)
+      if (q.kind == Param::Kind::Scalar) plan.key += "=" + ExactString(q.scalar) + ";";
+  }
+  // Float scalars run in f32 unless an f64 tensor takes part.
+  for (auto& q : plan.params)
+    if (q.kind == Param::Kind::Scalar && q.dtype == ElementType::F64 && !plan.any_f64)
+      q.dtype = ElementType::F32;
+    else if (q.kind == Param::Kind::Scalar && q.dtype == ElementType::C128 && !plan.any_f64)
+      q.dtype = ElementType::C64;
+  plan.key += plan.any_f64 ? "|f64" : "|f32";
+  // Executables are compiled for one device: the same op on another device
+  // is another entry (device 0 keeps the plain key).
+  if (plan.device != 0) plan.key += "|@" + std::to_string(plan.device);
+}
+
+}  // namespace
+
+Plan PlanCall(const OpDesc& desc, const c10::FunctionSchema& schema,
+              const std::vector<c10::IValue>& args) {
+  Plan plan;
+  plan.key = desc.name + "|";
+  plan.is_out.assign(args.size() + 1, false);
+  for (size_t i : desc.out_args) plan.is_out[i] = true;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (plan.is_out[i]) {
+      plan.args.emplace_back();
+      continue;
+    }
+    plan.args.push_back(PlanArg(plan, schema.arguments()[i], args[i], desc.name,
+                                desc.rule->IsRuntimeFloat(schema.arguments()[i].name())));
+  }
+  PlanDestinations(plan, desc, args);
+  PlanGenerators(plan, desc, schema);
+  FinishKey(plan);
+  return plan;
+}
+
+std::vector<Arg> AbstractArgs(const Plan& plan) {
+  std::vector<Arg> out;
+  auto typed = [&](int input) {
+    hlo::Value v;
+    if (input < 0) return v;
+    const TensorIn& in = plan.inputs[input];
+    v.type = TensorType{in.dtype, in.geometry.sizes};
+    return v;
+  };
+  for (size_t i = 0; i < plan.args.size(); ++i) {
+    if (i < plan.is_out.size() && plan.is_out[i]) continue;
+    const ArgPlan& ap = plan.args[i];
+    Arg a = ap.literal;
+    a.kind = ap.kind;
+    if (ap.kind == Arg::Kind::Tensor && !ap.tensors.empty()) a.tensor = typed(ap.tensors[0]);
+    if (ap.kind == Arg::Kind::Tensor && ap.param >= 0)
+      a.tensor.type = TensorType{plan.params[ap.param].dtype, {}};
+    if (ap.kind == Arg::Kind::TensorList)
+      for (int t : ap.tensors) a.tensors.push_back(typed(t));
+    out.push_back(a);
+  }
+  return out;
+}
+
+void FinishPlan(Call& call, const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+  Plan& plan = call.plan;
+  const OpDesc& desc = *call.desc;
+  if (desc.variant == Variant::Functional) {
+    for (const auto& spec : call.specs) {
+      Dest d;
+      d.dtype = ToElementType(spec.dtype, desc.name.c_str());
+      plan.dests.push_back(d);
+    }
+  }
+  // RNG: advance the generator by the number of values the call draws.
+  bool any_generator = false;
+  for (const auto& a : plan.args) any_generator |= a.kind == Arg::Kind::Generator;
+  if (any_generator) {
+    std::vector<TensorType> outputs;
+    for (const auto& s : call.specs) outputs.push_back({ElementType::F32, s.sizes});
+    std::vector<Arg> abstract = AbstractArgs(plan);
+    uint64_t draws = desc.rule->random() ? desc.rule->draws(abstract, outputs)
+                                         : lowering::DrawPerOutputElement(abstract, outputs);
+    for (size_t i = 0; i < plan.args.size(); ++i) {
+      if (plan.args[i].kind != Arg::Kind::Generator) continue;
+      std::optional<at::Generator> gen;
+      if (i < args.size() && args[i].isGenerator()) gen = args[i].toGenerator();
+      auto [seed, offset] = NextRngState(gen, plan.device, draws);
+      plan.params[plan.args[i].param].rng[0] = seed;
+      plan.params[plan.args[i].param].rng[1] = offset;
+    }
+  }
+  // Which storages are written, in order: they are the module's first results.
+  for (const auto& d : plan.dests)
+    if (d.tensor.defined() &&
+        std::find(call.written.begin(), call.written.end(), d.storage) == call.written.end())
+      call.written.push_back(d.storage);
+  (void)schema;
+}
+
+TensorType ParamType(const Plan& plan, const Param& q) {
+  switch (q.kind) {
+    case Param::Kind::Storage:
+      return {plan.storages[q.storage]->dtype, {plan.storages[q.storage]->numel()}};
+    case Param::Kind::Offset:
+      return {ElementType::I64, {}};
+    case Param::Kind::Rng:
+      return {ElementType::U64, {2}};
+    default:
+      return {q.dtype, {}};
+  }
+}
+
+runtime::LaunchParam LaunchValue(const Plan& plan, const Param& q) {
+  using runtime::LaunchParam;
+  switch (q.kind) {
+    case Param::Kind::Offset:
+      return LaunchParam::Integer(q.offset, ElementType::I64);
+    case Param::Kind::Scalar:
+      if (q.dtype == ElementType::F32 || q.dtype == ElementType::F64)
+        return LaunchParam::Floating(q.scalar.toDouble(), q.dtype);
+      if (q.dtype == ElementType::C128) {  // complex Python scalars
+        c10::complex<double> z = q.scalar.toComplexDouble();
+        return LaunchParam::Raw(&z, sizeof(z), q.dtype);
+      }
+      if (q.dtype == ElementType::C64) {
+        c10::complex<float> z = q.scalar.toComplexFloat();
+        return LaunchParam::Raw(&z, sizeof(z), q.dtype);
+      }
+      return LaunchParam::Integer(q.dtype == ElementType::Bool ? q.scalar.toBool() : q.scalar.toLong(),
+                                  q.dtype);
+    case Param::Kind::CpuTensor: {
+      at::Tensor c = q.cpu.contiguous();
+      return LaunchParam::Raw(c.data_ptr(), c.nbytes(), q.dtype);
+    }
+    case Param::Kind::Rng:
+      return LaunchParam::Raw(q.rng, sizeof(q.rng), ElementType::U64, 2);
+    case Param::Kind::Storage:
+      break;
+  }
+  return LaunchParam::Of(plan.storages[q.storage]->buffer);
+}
+
+}  // namespace torch_tpu::aten

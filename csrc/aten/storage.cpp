@@ -1,0 +1,110 @@
+// The device storage behind a tpu tensor: its view geometry, its buffer
+// (created as zeros, reinterpreted for another dtype, resized), all through
+// the one launcher.
+#include "aten/tpu.h"
+#include "runtime/launcher.h"
+
+namespace torch_tpu::aten {
+
+using runtime::DeviceStorage;
+
+void ZeroFill(DeviceStorage* s) {
+  hlo::ElementType t = s->dtype;
+  int64_t numel = s->numel();
+  auto& rt = GetRuntime();
+  std::string key = std::string("zeros|") + hlo::Name(t) + "|" + std::to_string(numel);
+  auto exe = rt.GetOrCompile(key, s->device, [&] {
+    hlo::Builder b("zeros");
+    b.Return({b.Splat(t, 0, {numel})});
+    return b.ToText();
+  });
+  static const std::string op = "zeros";
+  runtime::Launch launch;
+  launch.exe = exe.get();
+  launch.device = s->device;
+  launch.op = &op;
+  launch.results = {s};
+  runtime::Run(rt, launch);
+}
+
+DeviceStorage* StorageOf(const at::Tensor& t) {
+  auto* s = static_cast<DeviceStorage*>(t.storage().data_ptr().get_context());
+  TORCH_CHECK(s != nullptr, "tensor on ", t.device(), " has no tpu storage");
+  return s;
+}
+
+lowering::ViewGeometry GeometryOf(const at::Tensor& t) {
+  lowering::ViewGeometry g;
+  g.sizes = t.sizes().vec();
+  g.strides = t.strides().vec();
+  int64_t itemsize = static_cast<int64_t>(t.element_size());
+  g.storage_numel = static_cast<int64_t>(t.storage().nbytes()) / itemsize;
+  g.whole = t.storage_offset() == 0 && t.is_contiguous() && t.numel() == g.storage_numel;
+  return g;
+}
+
+bool ReinterpretComplexStorage(DeviceStorage* s, hlo::ElementType t);  // complex.cpp
+
+void PrepareStorage(DeviceStorage* s, hlo::ElementType t) {
+  if (s->pending()) FlushPending();
+  if (s->buffer && s->dtype == t) return;
+  if (!s->buffer) {
+    TORCH_CHECK(s->nbytes % hlo::ByteSize(t) == 0, "tpu storage of ", s->nbytes,
+                " bytes cannot hold elements of ", hlo::Name(t));
+    s->dtype = t;
+    ZeroFill(s);
+    return;
+  }
+  // A complex storage seen as its real parts (view_as_real) or back: on the
+  // device (complex.cpp).
+  if (ReinterpretComplexStorage(s, t)) return;
+  // Reinterpreting bytes (tensor.view(dtype)): go through the host.
+  std::vector<char> bytes(s->nbytes);
+  GetRuntime().Download(*s->buffer, bytes.data(), bytes.size());
+  TORCH_CHECK(s->nbytes % hlo::ByteSize(t) == 0, "tpu storage of ", s->nbytes,
+              " bytes cannot hold elements of ", hlo::Name(t));
+  s->dtype = t;
+  s->buffer = GetRuntime().Upload(bytes.data(), t,
+                                  {static_cast<int64_t>(s->nbytes / hlo::ByteSize(t))}, s->device);
+}
+
+// Replaces the storage's bytes by `newsize` bytes, keeping the common prefix.
+void ResizeStorage(const c10::Storage& storage, size_t newsize) {
+  FlushPending();
+  auto* old = static_cast<DeviceStorage*>(storage.data_ptr().get_context());
+  c10::DeviceGuard guard(storage.device());
+  at::DataPtr fresh = DeviceAllocator()->allocate(newsize);
+  auto* s = static_cast<DeviceStorage*>(fresh.get_context());
+  if (old && old->buffer && newsize > 0) {
+    hlo::ElementType t = old->dtype;
+    int64_t old_n = old->numel(), new_n = static_cast<int64_t>(newsize / hlo::ByteSize(t));
+    if (newsize % hlo::ByteSize(t) != 0) t = hlo::ElementType::U8;
+    PrepareStorage(old, t);
+    old_n = old->numel();
+    new_n = static_cast<int64_t>(newsize / hlo::ByteSize(t));
+    auto& rt = GetRuntime();
+    std::string key = std::string("resize|") + hlo::Name(t) + "|" + std::to_string(old_n) +
+                      "|" + std::to_string(new_n);
+    auto exe = rt.GetOrCompile(key, old->device, [&] {
+      hlo::Builder b("resize");
+      hlo::Value x = b.Parameter({t, {old_n}});
+      hlo::Value y = new_n <= old_n ? b.Slice(x, {0}, {new_n}, {1})
+                                    : b.Pad(x, b.Constant(t, 0), {0}, {new_n - old_n}, {0});
+      b.Return({y});
+      return b.ToText();
+    });
+    static const std::string op = "resize_";
+    runtime::Launch launch;
+    launch.exe = exe.get();
+    launch.device = old->device;
+    launch.op = &op;
+    launch.params = {runtime::LaunchParam::Of(old->buffer)};
+    launch.results = {s};
+    launch.result_types = {t};
+    runtime::Run(rt, launch);
+  }
+  storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(fresh));
+  storage.unsafeGetStorageImpl()->set_nbytes(newsize);
+}
+
+}  // namespace torch_tpu::aten

@@ -1,0 +1,95 @@
+#include "runtime/launcher.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace torch_tpu::runtime {
+
+LaunchParam LaunchParam::Of(pjrt::BufferPtr b, bool donate) {
+  LaunchParam p;
+  p.buffer = std::move(b);
+  p.donate = donate;
+  return p;
+}
+
+LaunchParam LaunchParam::Integer(int64_t v, hlo::ElementType t) {
+  LaunchParam p;
+  p.kind = Kind::Int;
+  p.i = v;
+  p.dtype = t;
+  return p;
+}
+
+LaunchParam LaunchParam::Floating(double v, hlo::ElementType t) {
+  LaunchParam p;
+  p.kind = Kind::Float;
+  p.f = v;
+  p.dtype = t;
+  return p;
+}
+
+LaunchParam LaunchParam::Raw(const void* data, size_t nbytes, hlo::ElementType t, int64_t length) {
+  LaunchParam p;
+  p.kind = Kind::Bytes;
+  if (nbytes > sizeof(p.bytes)) throw std::invalid_argument("launch parameter over 16 bytes");
+  std::memcpy(p.bytes, data, nbytes);
+  p.nbytes = nbytes;
+  p.dtype = t;
+  p.length = length;
+  return p;
+}
+
+namespace {
+
+pjrt::BufferPtr Upload(Runtime& rt, const LaunchParam& p, int device) {
+  switch (p.kind) {
+    case LaunchParam::Kind::Buffer: return p.buffer;
+    case LaunchParam::Kind::Int: return rt.UploadInt(p.i, p.dtype, device);
+    case LaunchParam::Kind::Float: return rt.UploadScalar(p.f, p.dtype, device);
+    case LaunchParam::Kind::Bytes: {
+      std::vector<int64_t> dims;
+      if (p.length >= 0) dims.push_back(p.length);
+      return rt.Upload(p.bytes, p.dtype, dims, device);
+    }
+  }
+  return nullptr;
+}
+
+// Whether parameter i may be donated: asked for, and not also read through
+// another parameter (the same storage passed twice).
+bool Donatable(const std::vector<PJRT_Buffer*>& raw, const Launch& l, size_t i) {
+  if (!l.params[i].donate) return false;
+  for (size_t j = 0; j < raw.size(); ++j)
+    if (j != i && raw[j] == raw[i]) return false;
+  return true;
+}
+
+}  // namespace
+
+std::vector<pjrt::BufferPtr> Run(Runtime& rt, const Launch& l) {
+  const size_t n = l.params.size();
+  std::vector<pjrt::BufferPtr> keep(n);
+  std::vector<PJRT_Buffer*> raw(n);
+  for (size_t i = 0; i < n; ++i) {
+    keep[i] = Upload(rt, l.params[i], l.device);
+    raw[i] = keep[i]->raw();
+  }
+  std::vector<int64_t> non_donatable;
+  for (size_t i = 0; i < n; ++i)
+    if (!Donatable(raw, l, i)) non_donatable.push_back(static_cast<int64_t>(i));
+  static const std::string unnamed = "op";
+  std::vector<pjrt::BufferPtr> outs = rt.Execute(*l.exe, raw, non_donatable, l.op ? *l.op : unnamed);
+  const size_t taken = l.results.size(), checks = l.num_checks();
+  if (outs.size() < taken + checks)
+    throw pjrt::Error("executable returned " + std::to_string(outs.size()) + " results, expected " +
+                      std::to_string(taken + checks));
+  for (size_t k = 0; k < taken; ++k) {
+    l.results[k]->buffer = outs[k];
+    if (k < l.result_types.size()) l.results[k]->dtype = l.result_types[k];
+  }
+  for (size_t c = 0; c < checks; ++c) rt.AddAssertion(outs[taken + c], (*l.checks)[c]);
+  return std::vector<pjrt::BufferPtr>(outs.begin() + static_cast<std::ptrdiff_t>(taken + checks),
+                                      outs.end());
+}
+
+}  // namespace torch_tpu::runtime
