@@ -55,7 +55,7 @@ void CheckDevice(Plan& p, const at::Tensor& t, const std::string& op) {
 int AddTensor(Plan& p, const at::Tensor& t, const std::string& op) {
   CheckDevice(p, t, op);
   ElementType dtype = ToElementType(t.scalar_type(), op.c_str());
-  if (dtype == ElementType::F64) p.any_f64 = true;
+  if (dtype == ElementType::F64 || dtype == ElementType::C128) p.any_f64 = true;
   DeviceStorage* s = StorageOf(t);
   PrepareForOp(s, dtype);
   TensorIn in{StorageIndex(p, s), dtype, GeometryOf(t)};
@@ -74,7 +74,7 @@ ElementType ScalarCategory(const c10::Scalar& s) {
   if (s.isBoolean()) return ElementType::Bool;
   if (s.isIntegral(false)) return ElementType::I64;
   if (s.isFloatingPoint()) return ElementType::F64;
-  throw lowering::Unsupported("complex scalars are not supported natively");
+  return ElementType::C128;  // complex: c10::Scalar holds a complex<double>
 }
 
 // A scalar's exact value as text (hex floats), for cache keys.
@@ -85,6 +85,12 @@ std::string ExactString(const c10::Scalar& s) {
     return buf;
   }
   if (s.isBoolean()) return s.toBool() ? "true" : "false";
+  if (s.isComplex()) {
+    char buf[96];
+    auto z = s.toComplexDouble();
+    std::snprintf(buf, sizeof(buf), "(%a,%a)", z.real(), z.imag());
+    return buf;
+  }
   return std::to_string(s.toLong());
 }
 
@@ -94,7 +100,7 @@ ArgPlan ScalarArg(Plan& p, const c10::Scalar& s) {
   a.literal.scalar_type = ScalarCategory(s);
   Param q{Param::Kind::Scalar};
   q.scalar = s;
-  q.dtype = a.literal.scalar_type == ElementType::F64 ? ElementType::F64 : a.literal.scalar_type;
+  q.dtype = a.literal.scalar_type;
   a.param = AddParam(p, q);
   p.key += std::string("S") + hlo::Name(q.dtype);
   return a;
@@ -332,6 +338,8 @@ void FinishKey(Plan& plan) {
   for (auto& q : plan.params)
     if (q.kind == Param::Kind::Scalar && q.dtype == ElementType::F64 && !plan.any_f64)
       q.dtype = ElementType::F32;
+    else if (q.kind == Param::Kind::Scalar && q.dtype == ElementType::C128 && !plan.any_f64)
+      q.dtype = ElementType::C64;
   plan.key += plan.any_f64 ? "|f64" : "|f32";
   // Executables are compiled for one device: the same op on another device
   // is another entry (device 0 keeps the plain key).
@@ -441,6 +449,14 @@ runtime::LaunchParam LaunchValue(const Plan& plan, const Param& q) {
     case Param::Kind::Scalar:
       if (q.dtype == ElementType::F32 || q.dtype == ElementType::F64)
         return LaunchParam::Floating(q.scalar.toDouble(), q.dtype);
+      if (q.dtype == ElementType::C128) {  // complex Python scalars
+        c10::complex<double> z = q.scalar.toComplexDouble();
+        return LaunchParam::Raw(&z, sizeof(z), q.dtype);
+      }
+      if (q.dtype == ElementType::C64) {
+        c10::complex<float> z = q.scalar.toComplexFloat();
+        return LaunchParam::Raw(&z, sizeof(z), q.dtype);
+      }
       return LaunchParam::Integer(q.dtype == ElementType::Bool ? q.scalar.toBool() : q.scalar.toLong(),
                                   q.dtype);
     case Param::Kind::CpuTensor: {

@@ -8,6 +8,8 @@
 
 namespace torch_tpu::aten {
 
+bool CopyResolvingMathBits(const at::Tensor& src, const at::Tensor& dst);  // complex.cpp
+
 namespace {
 
 // The tensor's values as a contiguous CPU tensor.
@@ -49,6 +51,7 @@ void FromCpu(const at::Tensor& src, const at::Tensor& dst) {
 }
 
 at::Tensor CopyFrom(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
+  if (CopyResolvingMathBits(self, dst)) return dst;  // x.conj(), _neg_view()
   bool src_tpu = self.device().type() == c10::DeviceType::PrivateUse1;
   bool dst_tpu = dst.device().type() == c10::DeviceType::PrivateUse1;
   // The checks TensorIterator makes for a CPU copy_.

@@ -58,6 +58,8 @@ hlo::ElementType ToElementType(at::ScalarType t, const char* op) {
     case at::kDouble: return E::F64;
     case at::kFloat8_e4m3fn: return E::F8E4M3FN;
     case at::kFloat8_e5m2: return E::F8E5M2;
+    case at::kComplexFloat: return E::C64;
+    case at::kComplexDouble: return E::C128;
     default:
       throw lowering::Unsupported(std::string(op) + ": dtype " + c10::toString(t) +
                                   " has no native tpu representation");
@@ -82,6 +84,8 @@ at::ScalarType ToScalarType(hlo::ElementType t) {
     case E::F64: return at::kDouble;
     case E::F8E4M3FN: return at::kFloat8_e4m3fn;
     case E::F8E5M2: return at::kFloat8_e5m2;
+    case E::C64: return at::kComplexFloat;
+    case E::C128: return at::kComplexDouble;
   }
   return at::kFloat;
 }

@@ -17,6 +17,9 @@ namespace torch_tpu::aten {
 using hlo::Value;
 using lowering::Arg;
 
+void ResolveTensorInputs(std::vector<c10::IValue>& args, const std::vector<size_t>& mutable_args,
+                         const std::vector<size_t>& out_args, const std::string& op);  // complex.cpp
+
 namespace {
 
 // What a cache key has compiled: the executable, the call's output specs
@@ -181,6 +184,10 @@ void EagerKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const OpDesc& desc = FindOp(op);
   size_t n = op.schema().arguments().size();
   std::vector<c10::IValue> args(stack->end() - n, stack->end());
+  // x.conj() / _neg_view() inputs of ops the math-bit fallbacks let through
+  // (mm, clone, _to_copy, ...) and a storage read with two dtypes (z * z.real):
+  // resolved into plain tensors (complex.cpp).
+  ResolveTensorInputs(args, desc.mutable_args, desc.out_args, desc.name);
   CheckNoInternalOverlap(desc, args);
   try {
     auto results = RunCall(desc, op, args);

@@ -43,6 +43,8 @@ lowering::ViewGeometry GeometryOf(const at::Tensor& t) {
   return g;
 }
 
+bool ReinterpretComplexStorage(DeviceStorage* s, hlo::ElementType t);  // complex.cpp
+
 void PrepareStorage(DeviceStorage* s, hlo::ElementType t) {
   if (s->pending()) FlushPending();
   if (s->buffer && s->dtype == t) return;
@@ -53,6 +55,9 @@ void PrepareStorage(DeviceStorage* s, hlo::ElementType t) {
     ZeroFill(s);
     return;
   }
+  // A complex storage seen as its real parts (view_as_real) or back: on the
+  // device (complex.cpp).
+  if (ReinterpretComplexStorage(s, t)) return;
   // Reinterpreting bytes (tensor.view(dtype)): go through the host.
   std::vector<char> bytes(s->nbytes);
   GetRuntime().Download(*s->buffer, bytes.data(), bytes.size());

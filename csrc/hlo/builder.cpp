@@ -130,6 +130,10 @@ std::string ScalarLiteral(ElementType t, double v) {
     case ElementType::F16: return Hex(ToHalfBits(static_cast<float>(v)), 2);
     case ElementType::F8E4M3FN: return Hex(ToFloat8Bits(v, true), 1);
     case ElementType::F8E5M2: return Hex(ToFloat8Bits(v, false), 1);
+    case ElementType::C64: case ElementType::C128: {
+      std::string zero = ScalarLiteral(RealPart(t), 0.0);
+      return "(" + ScalarLiteral(RealPart(t), v) + ", " + zero + ")";
+    }
     default:
       return std::to_string(static_cast<int64_t>(v));
   }
@@ -391,6 +395,14 @@ Value Builder::ConstantBits(ElementType t, uint64_t bits) {
   return Op1("stablehlo.constant", {}, type, "value = dense<" + lit + "> : " + type.str());
 }
 
+Value Builder::ConstantComplex(ElementType t, double re, double im) {
+  if (!IsComplex(t)) throw std::logic_error("hlo::Builder: ConstantComplex of a real type");
+  TensorType type{t, {}};
+  std::string lit = "(" + ScalarLiteral(RealPart(t), re) + ", " +
+                    ScalarLiteral(RealPart(t), im) + ")";
+  return Op1("stablehlo.constant", {}, type, "value = dense<" + lit + "> : " + type.str());
+}
+
 Value Builder::Splat(ElementType t, double v, const std::vector<int64_t>& shape) {
   return BroadcastInDim(Constant(t, v), shape, {});
 }
@@ -505,6 +517,9 @@ Value Builder::Convert(Value x, ElementType t) {
     Value hi = BroadcastInDim(Constant(x.dtype(), kF8E4M3FNMax), x.shape(), {});
     x = Op1("stablehlo.clamp", {lo, x, hi}, x.type);
   }
+  // complex -> real keeps the real part (as PyTorch's casts); XLA has no
+  // such convert.
+  if (IsComplex(x.dtype()) && !IsComplex(t)) return Convert(Real(x), t);
   return Op1("stablehlo.convert", {x}, TensorType{t, x.shape()});
 }
 
@@ -514,6 +529,48 @@ Value Builder::BitcastConvert(Value x, ElementType t) {
 
 Value Builder::Clamp(Value lo, Value x, Value hi) {
   return Op1("stablehlo.clamp", {lo, x, hi}, x.type);
+}
+
+Value Builder::Complex(Value re, Value im) {
+  if (!(re.type == im.type) || !IsFloat(re.dtype()))
+    throw std::logic_error("hlo::Builder: complex of " + re.type.str() + " and " +
+                           im.type.str());
+  return Op1("stablehlo.complex", {re, im}, TensorType{ComplexOf(re.dtype()), re.shape()});
+}
+
+Value Builder::Abs(Value x) {
+  TensorType t{IsComplex(x.dtype()) ? RealPart(x.dtype()) : x.dtype(), x.shape()};
+  return Op1("stablehlo.abs", {x}, t);
+}
+
+Value Builder::Real(Value x) {
+  if (!IsComplex(x.dtype())) return x;
+  return Op1("stablehlo.real", {x}, TensorType{RealPart(x.dtype()), x.shape()});
+}
+
+Value Builder::Imag(Value x) {
+  if (!IsComplex(x.dtype())) throw std::logic_error("hlo::Builder: imag of a real value");
+  return Op1("stablehlo.imag", {x}, TensorType{RealPart(x.dtype()), x.shape()});
+}
+
+Value Builder::Fft(Value x, const std::string& type, const std::vector<int64_t>& fft_length) {
+  int64_t k = static_cast<int64_t>(fft_length.size());
+  if (k < 1 || k > 3 || k > x.rank())
+    throw std::logic_error("hlo::Builder: fft over " + std::to_string(k) + " dims of " +
+                           x.type.str());
+  TensorType out = x.type;
+  if (type == "RFFT") {
+    out.dtype = ComplexOf(x.dtype());
+    out.shape.back() = fft_length.back() / 2 + 1;
+  } else if (type == "IRFFT") {
+    out.dtype = RealPart(x.dtype());
+    out.shape.back() = fft_length.back();
+  } else if (type != "FFT" && type != "IFFT") {
+    throw std::logic_error("hlo::Builder: unknown fft type " + type);
+  }
+  return Op1("stablehlo.fft", {x}, out,
+             "fft_type = #stablehlo<fft_type " + type + ">, fft_length = " +
+                 ArrayAttr(fft_length));
 }
 
 // ------------------------------------------------------------------ shapes

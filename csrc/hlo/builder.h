@@ -67,6 +67,7 @@ class Builder {
   Value Constant(ElementType t, double v);     // scalar (rank 0)
   Value ConstantInt(ElementType t, int64_t v);  // exact for integers
   Value ConstantBits(ElementType t, uint64_t bits);  // raw bit pattern
+  Value ConstantComplex(ElementType t, double re, double im);  // t complex
   Value Splat(ElementType t, double v, const std::vector<int64_t>& shape);
   // 1-D constants holding `v` (floats rounded to t first).
   Value ConstantArray(ElementType t, const std::vector<double>& v);
@@ -85,6 +86,17 @@ class Builder {
   Value IsFinite(Value x);  // i1 of x's shape
   // Keeps XLA from folding or reordering through x (the value is unchanged).
   Value OptimizationBarrier(Value x);
+  // Complex numbers: re + i*im from two real values of one type; the real
+  // and imaginary parts (a real result type).
+  Value Complex(Value re, Value im);
+  Value Real(Value x);
+  // |x|: of a real type for complex x (the modulus), else x's type.
+  Value Abs(Value x);
+  Value Imag(Value x);
+  // stablehlo.fft over the trailing fft_length.size() (1 to 3) dims. `type`:
+  // "FFT", "IFFT" (scaled by 1/n, XLA's convention), "RFFT" (real in, last
+  // dim n/2+1 out), "IRFFT" (complex in, real out of fft_length, 1/n).
+  Value Fft(Value x, const std::string& type, const std::vector<int64_t>& fft_length);
 
   // ---- shapes
   Value Reshape(Value x, const std::vector<int64_t>& shape);

@@ -86,6 +86,54 @@ TEST(Hlo, Float8ConstantsRoundLikePyTorch) {
   TestClient().Compile(text, 0);
 }
 
+TEST(Hlo, ComplexConstantsAndParts) {
+  Builder b;
+  Value c = b.ConstantComplex(ElementType::C64, 1.0, -2.0);
+  Value d = b.Constant(ElementType::C128, 3.0);
+  b.Return({b.Real(c), b.Imag(c), d});
+  std::string text = b.ToText();
+  EXPECT_NE(text.find("dense<(0x3F800000, 0xC0000000)> : tensor<complex<f32>>"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("dense<(0x4008000000000000, 0x0000000000000000)> : "
+                      "tensor<complex<f64>>"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"stablehlo.real\"(%0) : (tensor<complex<f32>>) -> tensor<f32>"),
+            std::string::npos) << text;
+  TestClient().Compile(text, 0);
+  EXPECT_EQ(ByteSize(ElementType::C64), 8);
+  EXPECT_EQ(ByteSize(ElementType::C128), 16);
+  EXPECT_EQ(ComplexOf(ElementType::F64), ElementType::C128);
+  EXPECT_EQ(RealPart(ElementType::C64), ElementType::F32);
+}
+
+// rfft then irfft of [1, 2, 3, 4] (XLA's IRFFT scales by 1/n: the round trip
+// is the identity); |rfft|^2 of the DC bin is 10^2; the complex op and a
+// complex -> real convert (real part) run too.
+TEST(Hlo, FftRoundTripCompileAndRun) {
+  Builder b;
+  Value x = b.Parameter(TensorType{ElementType::F32, {4}});
+  Value spectrum = b.Fft(x, "RFFT", {4});  // complex<f32>[3]
+  EXPECT_EQ(spectrum.type.str(), "tensor<3xcomplex<f32>>");
+  Value back = b.Fft(spectrum, "IRFFT", {4});  // f32[4]
+  Value c = b.Complex(x, x);                    // x + i x
+  Value forward = b.Fft(c, "FFT", {4});
+  Value inverse = b.Fft(forward, "IFFT", {4});  // back to x + i x
+  Value dc = b.Slice(spectrum, {0}, {1}, {1});
+  Value dc_power = b.Real(b.Binary("multiply", dc, dc));
+  Value out = b.Concatenate({back, b.Imag(inverse), b.Convert(inverse, ElementType::F32),
+                             dc_power}, 0);
+  b.Return({out});
+  std::string text = b.ToText();
+  EXPECT_NE(text.find("fft_type = #stablehlo<fft_type RFFT>, fft_length = array<i64: 4>"),
+            std::string::npos) << text;
+  auto v = RunF32(text, {{1, 2, 3, 4}}, {{4}}, 13);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(v[i], i + 1, 1e-5);
+    EXPECT_NEAR(v[4 + i], i + 1, 1e-5);
+    EXPECT_NEAR(v[8 + i], i + 1, 1e-5);
+  }
+  EXPECT_NEAR(v[12], 100, 1e-4);
+}
+
 TEST(Hlo, ReduceBroadcastDotCompileAndRun) {
   Builder b;
   Value x = b.Parameter(TensorType{ElementType::F32, {2, 3}});

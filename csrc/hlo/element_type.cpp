@@ -19,6 +19,8 @@ const char* Name(ElementType t) {
     case ElementType::F64: return "f64";
     case ElementType::F8E4M3FN: return "f8E4M3FN";
     case ElementType::F8E5M2: return "f8E5M2";
+    case ElementType::C64: return "complex<f32>";
+    case ElementType::C128: return "complex<f64>";
   }
   return "?";
 }
@@ -30,7 +32,9 @@ int ByteSize(ElementType t) {
     case ElementType::I16: case ElementType::U16: case ElementType::F16:
     case ElementType::BF16: return 2;
     case ElementType::I32: case ElementType::U32: case ElementType::F32: return 4;
-    case ElementType::I64: case ElementType::U64: case ElementType::F64: return 8;
+    case ElementType::I64: case ElementType::U64: case ElementType::F64:
+    case ElementType::C64: return 8;
+    case ElementType::C128: return 16;
   }
   return 0;
 }
@@ -49,5 +53,15 @@ bool IsUnsigned(ElementType t) {
          t == ElementType::U64;
 }
 bool IsInteger(ElementType t) { return IsSigned(t) || IsUnsigned(t); }
+bool IsComplex(ElementType t) { return t == ElementType::C64 || t == ElementType::C128; }
+ElementType RealPart(ElementType t) {
+  if (t == ElementType::C64) return ElementType::F32;
+  if (t == ElementType::C128) return ElementType::F64;
+  return t;
+}
+ElementType ComplexOf(ElementType t) {
+  if (IsComplex(t)) return t;
+  return t == ElementType::F64 ? ElementType::C128 : ElementType::C64;
+}
 
 }  // namespace torch_tpu::hlo

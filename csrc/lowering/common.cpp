@@ -27,12 +27,71 @@ const RuleEntry* Lookup(Scope scope, const std::string& name) {
 }
 }  // namespace
 
+// ---------------------------------------------------------------- complex gate
+
+namespace {
+struct ComplexTable {
+  std::map<std::string, Rule> rules;   // complex-specific rules by name
+  std::map<std::string, bool> capable;  // generic rules that handle complex as is
+};
+ComplexTable& GetComplexTable() {
+  static ComplexTable* t = new ComplexTable();
+  return *t;
+}
+
+bool InvolvesComplex(const Context& c, const std::vector<Arg>& a) {
+  for (const auto& t : c.outputs)
+    if (hlo::IsComplex(t.dtype)) return true;
+  for (const auto& x : a) {
+    if ((x.kind == Arg::Kind::Tensor || x.kind == Arg::Kind::Scalar) &&
+        (hlo::IsComplex(x.tensor.dtype()) || hlo::IsComplex(x.scalar_type)))
+      return true;
+    if (x.kind == Arg::Kind::TensorList || x.kind == Arg::Kind::ScalarList)
+      for (const auto& v : x.tensors)
+        if (v.valid() && hlo::IsComplex(v.dtype())) return true;
+  }
+  return false;
+}
+
+// Rules were written for real dtypes: with a complex input or output, the
+// op's complex rule runs, or the generic one if it is marked capable, else
+// the op goes to the CPU fallback (Unsupported). `name` is the gate key:
+// the rule's name, "graph:<name>" for Graph-scope rules, "internal:<name>"
+// for Internal ones.
+Rule GateComplex(const std::string& name, Rule rule) {
+  return [name, rule](Context& c, const std::vector<Arg>& a) {
+    if (!InvolvesComplex(c, a)) return rule(c, a);
+    const ComplexTable& t = GetComplexTable();
+    auto it = t.rules.find(name);
+    if (it != t.rules.end()) return it->second(c, a);
+    if (t.capable.count(name)) return rule(c, a);
+    throw Unsupported(name + ": complex dtypes are not native for this op");
+  };
+}
+}  // namespace
+
+void RegisterComplex(const std::string& name, Rule rule) {
+  GetComplexTable().rules[name] = std::move(rule);
+}
+
+void MarkComplexCapable(const std::vector<std::string>& names) {
+  for (const auto& n : names) GetComplexTable().capable[n] = true;
+}
+
+bool HasComplexRule(const std::string& name) {
+  const ComplexTable& t = GetComplexTable();
+  return t.rules.count(name) || t.capable.count(name);
+}
+
 RuleEntry& Register(const std::string& name, Rule rule, std::vector<std::string> variants,
                     Scope scope) {
   Registry& r = GetRegistry();
   auto entry = std::make_unique<RuleEntry>();
   entry->name = name;
-  entry->rule = std::move(rule);
+  std::string gate_key = scope == Scope::Graph      ? "graph:" + name
+                         : scope == Scope::Internal ? "internal:" + name
+                                                    : name;
+  entry->rule = GateComplex(gate_key, std::move(rule));
   entry->variants = variants;
   entry->scope = scope;
   auto& names = r.by_name[static_cast<int>(scope)];
@@ -87,6 +146,7 @@ std::vector<const RuleEntry*> AllRules() {
 namespace {
 int Category(ElementType t) {
   if (t == ElementType::Bool) return 0;
+  if (hlo::IsComplex(t)) return 3;
   if (hlo::IsFloat(t)) return 2;
   return 1;
 }
@@ -97,6 +157,11 @@ ElementType PromoteTypes(ElementType a, ElementType b) {
   if (a == b) return a;
   if (a == E::Bool) return b;
   if (b == E::Bool) return a;
+  if (hlo::IsComplex(a) || hlo::IsComplex(b)) {
+    // complex128 if either side has f64 parts (complex64 + float64 too).
+    bool wide = a == E::C128 || b == E::C128 || a == E::F64 || b == E::F64;
+    return wide ? E::C128 : E::C64;
+  }
   bool fa = hlo::IsFloat(a), fb = hlo::IsFloat(b);
   if (fa && fb) {
     if ((a == E::BF16 && b == E::F16) || (a == E::F16 && b == E::BF16)) return E::F32;
@@ -119,9 +184,10 @@ ElementType CombineCategories(bool has_higher, ElementType higher, bool has_lowe
                               ElementType lower) {
   if (!has_higher) return lower;
   if (!has_lower) return higher;
-  if (hlo::IsFloat(higher)) return higher;
-  if (higher == ElementType::Bool || hlo::IsFloat(lower)) return PromoteTypes(higher, lower);
-  return higher;
+  if (Category(lower) <= Category(higher)) return higher;
+  // A complex scalar or 0-d tensor with float tensors: complex of their width.
+  if (hlo::IsComplex(lower) && hlo::IsFloat(higher)) return hlo::ComplexOf(higher);
+  return PromoteTypes(higher, lower);
 }
 }  // namespace
 
@@ -139,6 +205,7 @@ ElementType ResultType(const std::vector<const Arg*>& args, ElementType default_
     } else if (a->kind == Arg::Kind::Scalar) {
       ElementType t = a->scalar_type;
       if (hlo::IsFloat(t)) t = default_float;
+      if (hlo::IsComplex(t)) t = hlo::ComplexOf(default_float);
       add(2, t);
     } else if (a->kind == Arg::Kind::TensorList) {
       for (const auto& v : a->tensors)
@@ -147,7 +214,6 @@ ElementType ResultType(const std::vector<const Arg*>& args, ElementType default_
   }
   bool has_low = has[1] || has[2];
   ElementType low = CombineCategories(has[1], acc[1], has[2], acc[2]);
-  (void)Category;
   return CombineCategories(has[0], acc[0], has_low, low);
 }
 

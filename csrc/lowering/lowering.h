@@ -153,6 +153,16 @@ const RuleEntry* Find(const std::string& name);
 const RuleEntry* FindForGraph(const std::string& name);
 // An Internal rule.
 const RuleEntry* FindInternal(const std::string& name);
+
+// Complex dtypes. Every registered rule is gated: when an input or output is
+// complex, the rule registered here under the same gate key runs instead, or
+// the generic rule itself if marked capable; otherwise the op raises
+// Unsupported (CPU fallback). Rules written for real dtypes never see
+// complex values by accident. Gate keys: the rule's name; "graph:<name>" for
+// Scope::Graph rules, "internal:<name>" for Scope::Internal ones.
+void RegisterComplex(const std::string& key, Rule rule);
+void MarkComplexCapable(const std::vector<std::string>& keys);
+bool HasComplexRule(const std::string& key);
 std::vector<const RuleEntry*> AllRules();
 
 struct Registrar {

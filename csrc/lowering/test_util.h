@@ -38,6 +38,8 @@ inline pjrt::BufferType ToPjrt(ElementType t) {
     case ElementType::F64: return B::F64;
     case ElementType::F8E4M3FN: return B::F8E4M3FN;
     case ElementType::F8E5M2: return B::F8E5M2;
+    case ElementType::C64: return B::C64;
+    case ElementType::C128: return B::C128;
   }
   return B::Invalid;
 }

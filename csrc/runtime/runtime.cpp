@@ -47,6 +47,8 @@ pjrt::BufferType ToPjrt(hlo::ElementType t) {
     case E::F64: return B::F64;
     case E::F8E4M3FN: return B::F8E4M3FN;
     case E::F8E5M2: return B::F8E5M2;
+    case E::C64: return B::C64;
+    case E::C128: return B::C128;
   }
   return B::Invalid;
 }
