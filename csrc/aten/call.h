@@ -33,9 +33,8 @@ struct OpDesc {
 // Counts one native run of the op.
 void CountNative(const OpDesc& desc);
 
-// The op table (op_table.cpp): the entry of a registered op, and an entry
-// for an Internal rule called as an op of the given variant.
-const OpDesc& FindOp(const c10::OperatorHandle& op);
+// The op table (op_table.cpp): an entry for an Internal rule called as an
+// op of the given variant.
 OpDesc InternalOp(const std::string& name, Variant variant, std::vector<size_t> mutable_args);
 
 // Plans and runs one call (eager.cpp); returns fresh outputs, then mutated

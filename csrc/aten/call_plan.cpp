@@ -65,7 +65,10 @@ int AddTensor(Plan& p, const at::Tensor& t, const std::string& op) {
     q.offset = t.storage_offset();
     in.offset_param = AddParam(p, q);
   }
-  p.key += "T" + std::to_string(in.storage) + hlo::Name(dtype) + in.geometry.key();
+  p.key += 'T';
+  p.key += std::to_string(in.storage);
+  p.key += hlo::Name(dtype);
+  in.geometry.AppendKey(&p.key);
   p.inputs.push_back(in);
   return static_cast<int>(p.inputs.size()) - 1;
 }
@@ -292,7 +295,9 @@ void PlanDestinations(Plan& plan, const OpDesc& desc, const std::vector<c10::IVa
       q.offset = t.storage_offset();
       d.offset_param = AddParam(plan, q);
     }
-    plan.key += "W" + std::to_string(d.storage) + d.geometry.key();
+    plan.key += 'W';
+    plan.key += std::to_string(d.storage);
+    d.geometry.AppendKey(&plan.key);
     plan.dests.push_back(d);
   }
 }
@@ -351,7 +356,9 @@ void FinishKey(Plan& plan) {
 Plan PlanCall(const OpDesc& desc, const c10::FunctionSchema& schema,
               const std::vector<c10::IValue>& args) {
   Plan plan;
-  plan.key = desc.name + "|";
+  plan.key.reserve(256);
+  plan.key = desc.name;
+  plan.key += '|';
   plan.is_out.assign(args.size() + 1, false);
   for (size_t i : desc.out_args) plan.is_out[i] = true;
   for (size_t i = 0; i < args.size(); ++i) {

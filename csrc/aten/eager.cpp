@@ -180,8 +180,7 @@ void CheckNoInternalOverlap(const OpDesc& desc, const std::vector<c10::IValue>& 
 
 }  // namespace
 
-void EagerKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const OpDesc& desc = FindOp(op);
+void EagerKernel(const OpDesc& desc, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   size_t n = op.schema().arguments().size();
   std::vector<c10::IValue> args(stack->end() - n, stack->end());
   // x.conj() / _neg_view() inputs of ops the math-bit fallbacks let through

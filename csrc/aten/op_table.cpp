@@ -11,9 +11,23 @@
 
 namespace torch_tpu::aten {
 
-void EagerKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);  // eager.cpp
+void EagerKernel(const OpDesc& desc, const c10::OperatorHandle& op,
+                 torch::jit::Stack* stack);  // eager.cpp
 
 namespace {
+
+// The kernel registered for one op: it holds the op's entry, so a call
+// finds it without a lookup.
+class OpKernel final : public c10::OperatorKernel {
+ public:
+  explicit OpKernel(const OpDesc* desc) : desc_(desc) {}
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    EagerKernel(*desc_, op, stack);
+  }
+
+ private:
+  const OpDesc* desc_;
+};
 
 std::unordered_map<c10::OperatorName, OpDesc>& Ops() {
   static auto* ops = new std::unordered_map<c10::OperatorName, OpDesc>();
@@ -79,12 +93,6 @@ void CountNative(const OpDesc& desc) {
   ++*desc.native_count;
 }
 
-const OpDesc& FindOp(const c10::OperatorHandle& op) {
-  auto it = Ops().find(op.operator_name());
-  TORCH_INTERNAL_ASSERT(it != Ops().end(), "no tpu op table entry for ", op.operator_name());
-  return it->second;
-}
-
 OpDesc InternalOp(const std::string& name, Variant variant, std::vector<size_t> mutable_args) {
   OpDesc d;
   d.name = name;
@@ -119,7 +127,8 @@ void RegisterNativeRules() {
       return;
     Ops()[name] = Describe(handle->schema(), rule);
     std::string full = FullName(handle->schema());
-    lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&EagerKernel>());
+    lib->impl(full.c_str(),
+              torch::CppFunction::makeFromBoxedFunctor(std::make_unique<OpKernel>(&Ops()[name])));
   };
   for (const lowering::RuleEntry* rule : lowering::AllRules()) {
     if (rule->scope != lowering::Scope::Everywhere) continue;  // graph-only, internal

@@ -1,5 +1,6 @@
 // The rule registry, type promotion, broadcasting and view read/write.
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -317,9 +318,33 @@ Value CheckedIndex(Context& c, Value idx, int64_t size, bool allow_negative,
 
 // ---------------------------------------------------------------- views
 
+namespace {
+void AppendInt(std::string* s, int64_t v) {
+  char buf[24];
+  int n = std::snprintf(buf, sizeof(buf), "%lld", static_cast<long long>(v));
+  s->append(buf, static_cast<size_t>(n));
+}
+void AppendInts(std::string* s, const std::vector<int64_t>& v) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s->append(", ");
+    AppendInt(s, v[i]);
+  }
+}
+}  // namespace
+
+void ViewGeometry::AppendKey(std::string* k) const {
+  k->push_back('[');
+  AppendInts(k, sizes);
+  k->push_back('|');
+  AppendInts(k, strides);
+  k->push_back('|');
+  AppendInt(k, storage_numel);
+  k->append(whole ? "|w]" : "]");
+}
+
 std::string ViewGeometry::key() const {
-  std::string k = "[" + hlo::Ints(sizes) + "|" + hlo::Ints(strides) + "|" +
-                  std::to_string(storage_numel) + (whole ? "|w]" : "]");
+  std::string k;
+  AppendKey(&k);
   return k;
 }
 

@@ -229,6 +229,7 @@ struct ViewGeometry {
   // buffer is the tensor, reshaped (no offset parameter).
   bool whole = false;
   std::string key() const;  // for cache keys
+  void AppendKey(std::string* key) const;  // appends key() without temporaries
 };
 
 // The tensor's value read out of its storage buffer.
