@@ -254,12 +254,10 @@ void Runtime::StartPrefetch() {
     return;
   std::string build = BuildIdentity(), cmdline = CommandLine();
   if (build.empty() || cmdline.empty()) return;
-  std::string dir = disk_->dir() + "/prefetch";
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return;
+  std::string dir = disk_->Subdir("prefetch");  // "" if it is unsafe (cache refused)
+  if (dir.empty()) return;
   manifest_path_ = dir + "/" + HashName(cmdline + "\n" + build + "\n" + disk_key_prefix_) + ".list";
-  for (auto& [key, file] : ReadManifest(manifest_path_)) {
+  for (auto& [key, file] : disk_->ReadManifest(manifest_path_)) {
     if (!manifest_keys_.insert(key).second) continue;
     prefetch_order_.push_back(key);
     prefetch_pending_.emplace(std::move(key), std::move(file));
@@ -339,10 +337,7 @@ void Runtime::RecordInManifest(const std::string& key, const std::string& disk_k
   std::string record = ManifestRecord(key, file);
   // One append per record (O_APPEND): concurrent runs of the same program
   // interleave whole records.
-  if (FILE* f = std::fopen(manifest_path_.c_str(), "ab")) {
-    std::fwrite(record.data(), 1, record.size(), f);
-    std::fclose(f);
-  }
+  disk_->AppendToManifest(manifest_path_, record);
 }
 
 void Runtime::StopPrefetch() {
