@@ -27,6 +27,7 @@
 #include <typeinfo>
 #include <unordered_set>
 
+#include "aten/profiler.h"
 #include "aten/tpu.h"
 
 namespace torch_tpu::aten {
@@ -798,6 +799,7 @@ py::dict Stats() {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_tpu native core";
   torch_tpu::aten::RegisterGraphBindings(m.ptr());
+  torch_tpu::aten::RegisterProfilerBindings(m.ptr());  // aten/profiler.h
   torch_tpu::aten::RegisterDistributedBindings(m.ptr());
   m.def("_register", &torch_tpu::aten::RegisterDevice);
   m.def("_configure", &torch_tpu::aten::ConfigurePlugin);

@@ -1,4 +1,5 @@
 #include "runtime/runtime.h"
+#include "runtime/trace.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -180,6 +181,7 @@ pjrt::ExecutablePtr Runtime::GetOrCompile(const std::string& key, int device,
   auto start = std::chrono::steady_clock::now();
   pjrt::ExecutablePtr exe;
   try {
+    trace::Scope span(trace::Kind::Compile, trace::NameOfKey(key), device);
     exe = client_->Compile(text, device);
   } catch (const pjrt::Error& e) {
     // Keep the module for the bug report.
@@ -369,7 +371,9 @@ std::vector<pjrt::BufferPtr> Runtime::Execute(const pjrt::Executable& exe,
                                               const std::vector<PJRT_Buffer*>& args,
                                               const std::vector<int64_t>& non_donatable,
                                               const std::string& op) {
+  int64_t launch_ns = trace::Enabled() ? trace::NowNs() : 0;
   auto outs = exe.Execute(args, non_donatable);
+  trace::OnExecuted(*client_, op, launch_ns, outs);
   ++stats_.executions;
   if (launch_blocking_) {
     try {
@@ -426,6 +430,7 @@ void Runtime::Synchronize(int /*device*/) {
 pjrt::BufferPtr Runtime::Upload(const void* data, hlo::ElementType t,
                                 const std::vector<int64_t>& dims, int device) {
   ++stats_.transfers_to_device;
+  trace::Scope span(trace::Kind::ToDevice, "to_device", device);
   return client_->FromHost(data, ToPjrt(t), dims, device);
 }
 
@@ -490,6 +495,8 @@ void Runtime::Download(const pjrt::Buffer& buffer, void* dst, size_t nbytes) {
   CheckAssertions();
   ++stats_.transfers_to_host;
   if (nbytes == 0) return;
+  trace::Scope span(trace::Kind::ToHost, "to_host",
+                    trace::Enabled() ? trace::DeviceOf(*client_, buffer) : -1);
   buffer.ToHost(dst, nbytes);
 }
 
