@@ -3,9 +3,21 @@ loaded and run): the run goes on without them, with one warning."""
 import os
 import warnings
 
+import pytest
+
 from test_disk_cache import run
 
 WARNING = "disk compilation cache turned off for this run"
+
+
+def expected_y():
+    import torch
+
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    return ((x * 2 + 1).softmax(dim=-1) @ x.T).sum(dim=0).tolist()
+
+
+EXPECTED_Y = expected_y()
 
 
 def entries(path):
@@ -16,39 +28,31 @@ def test_world_writable_cache_dir_is_refused(tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir()
     cache.chmod(0o777)
-    first, stderr = run(cache)
+    result, stderr = run(cache)
     assert stderr.count(WARNING) == 1, stderr
     assert f"{cache} is world-writable (mode 0777): chmod go-w {cache}" in stderr
-    assert first["compiles"] > 0 and first["disk_hits"] == 0 and first["disk_misses"] == 0
+    assert result["compiles"] > 0 and result["disk_hits"] == 0 and result["disk_misses"] == 0
     assert not any(cache.iterdir())  # nothing written, nothing read
-    cache.chmod(0o700)  # fixed: the cache works again
-    cold, stderr = run(cache)
-    assert WARNING not in stderr and cold["y"] == first["y"]
-    assert entries(cache) and cold["disk_misses"] == cold["compiles"]
+    assert result["y"] == pytest.approx(EXPECTED_Y, rel=1e-5)
 
 
-def test_what_the_cache_writes_is_private_and_accepted(tmp_path):
+def test_cache_files_are_private_and_an_entry_writable_by_others_is_refused(tmp_path):
+    cache = tmp_path / "cache"
     old = os.umask(0o002)  # a umask that would make new files group-writable
     try:
-        cold, _ = run(tmp_path / "cache")
+        cold, stderr = run(cache)
     finally:
         os.umask(old)
-    cache = tmp_path / "cache"
-    modes = {p.name: p.stat().st_mode & 0o777 for p in [cache, cache / "prefetch",
-                                                         *entries(cache),
-                                                         *(cache / "prefetch").iterdir()]}
-    assert set(modes.values()) <= {0o700, 0o600}, modes
-    warm, stderr = run(cache)
-    assert WARNING not in stderr and warm["compiles"] == 0
-
-
-def test_an_entry_writable_by_others_turns_the_cache_off(tmp_path):
-    cold, _ = run(tmp_path, TORCH_TPU_CACHE_PREFETCH="0")
-    entries(tmp_path)[0].chmod(0o666)
-    again, stderr = run(tmp_path, TORCH_TPU_CACHE_PREFETCH="0")
+    assert WARNING not in stderr and cold["compiles"] > 0
+    files = [cache, cache / "prefetch", *entries(cache), *(cache / "prefetch").iterdir()]
+    modes = {p.name: p.stat().st_mode & 0o777 for p in files}
+    assert len(modes) > 3 and set(modes.values()) <= {0o700, 0o600}, modes
+    entries(cache)[0].chmod(0o666)
+    again, stderr = run(cache, TORCH_TPU_CACHE_PREFETCH="0")
     assert stderr.count(WARNING) == 1, stderr
     assert "is world-writable (mode 0666)" in stderr
-    assert again["y"] == cold["y"] and again["compiles"] > 0
+    assert again["y"] == cold["y"] == pytest.approx(EXPECTED_Y, rel=1e-5)
+    assert again["compiles"] > 0
 
 
 def test_trace_cache_dir_writable_by_others_is_refused(tmp_path, monkeypatch):
