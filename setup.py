@@ -28,6 +28,25 @@ def torch_requirement() -> str:
     return "torch==" + version("torch").split("+")[0]
 
 
+def forget_other_build_env(build_dir: str) -> None:
+    """pip builds a checkout in place, each time in a new temporary build
+    environment: a CMake cache left by an earlier one names its (deleted)
+    cmake, ninja, python and torch, so it is dropped."""
+    stamp = os.path.join(build_dir, "torch_tpu_build_python.txt")
+    try:
+        with open(stamp) as f:
+            same = f.read() == sys.executable
+    except OSError:
+        same = not os.path.exists(os.path.join(build_dir, "CMakeCache.txt"))
+    if not same:
+        import shutil
+
+        shutil.rmtree(build_dir, ignore_errors=True)
+    os.makedirs(build_dir, exist_ok=True)
+    with open(stamp, "w") as f:
+        f.write(sys.executable)
+
+
 class CMakeBuild(build_ext):
     def build_extension(self, ext):
         # Never autoload an installed (maybe stale) torch_tpu while building.
@@ -42,6 +61,8 @@ class CMakeBuild(build_ext):
                                        os.path.join(os.path.abspath(self.build_temp), "cmake"))
             options = [f"-DTORCH_TPU_OUTPUT_DIR={os.path.dirname(target)}",
                        "-DTORCH_TPU_BUILD_TESTS=OFF", "-DTORCH_TPU_RELOCATABLE=ON"]
+        if not editable:
+            forget_other_build_env(build_dir)
         subprocess.check_call([
             "cmake", "-S", ROOT, "-B", build_dir, "-G", "Ninja",
             f"-DPython_EXECUTABLE={sys.executable}", *options,

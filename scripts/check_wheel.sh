@@ -18,6 +18,7 @@ PY="${PYTHON:-python3}"
 export CMAKE_BUILD_PARALLEL_LEVEL="${JOBS:-2}" PIP_DISABLE_PIP_VERSION_CHECK=1 HF_HUB_OFFLINE=1
 rm -rf "$OUT"; mkdir -p "$OUT/src"
 git archive --format=tar HEAD | tar -x -C "$OUT/src"
+cp -r "$OUT/src" "$OUT/src-wheel"  # each way from its own clean copy
 
 smoke() {  # $1: a venv
   (cd "$OUT" && TORCH_TPU_CACHE_DIR="" "$1/bin/python" - <<'PY')
@@ -62,7 +63,7 @@ step "2. python -m build --wheel, installed in another fresh venv"
 "$PY" -m venv "$OUT/venv-build"
 "$OUT/venv-build/bin/pip" install -q build==1.6.1 > "$OUT/build-tool.log" 2>&1
 start=$(date +%s)
-"$OUT/venv-build/bin/python" -m build --wheel --outdir "$OUT/dist" "$OUT/src" \
+"$OUT/venv-build/bin/python" -m build --wheel --outdir "$OUT/dist" "$OUT/src-wheel" \
   > "$OUT/build-wheel.log" 2>&1 || { tail -40 "$OUT/build-wheel.log"; exit 1; }
 echo "python -m build --wheel took $(( $(date +%s) - start )) s: $(ls "$OUT/dist")"
 "$PY" -m venv "$OUT/venv-wheel"
