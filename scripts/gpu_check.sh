@@ -6,6 +6,9 @@
 #   PJRT_INCLUDE_DIR  folder holding pjrt_c_api.h when xla-cpu-pjrt is absent
 #   OUT               where logs go (default /tmp/torch_tpu_gpu)
 #   DEADLINE          seconds the whole script may take; the tests get the rest
+#   WHEEL=1           also build a wheel for this machine's torch into $OUT/dist
+#                     (it requires that torch version; install it with
+#                     jax-cuda13-pjrt or xla-cuda13-pjrt for TORCH_TPU_PLUGIN=cuda)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/torch_tpu_gpu}"; mkdir -p "$OUT"
@@ -22,6 +25,13 @@ TORCH_TPU_BUILD_DIR="$PWD/build-gpu" MAX_JOBS=16 \
 rc=$?
 echo "build rc=$rc in $(( $(date +%s) - start )) s" | tee -a "$OUT/env.txt"
 if [ $rc -ne 0 ]; then tail -40 "$OUT/build.log"; exit $rc; fi
+if [ "${WHEEL:-0}" = 1 ]; then
+  # The same build, as a wheel (setup.py: no C++ tests, rpath to the installed torch).
+  CMAKE_ARGS="${PJRT_INCLUDE_DIR:+-DPJRT_INCLUDE_DIR=$PJRT_INCLUDE_DIR}" \
+  TORCH_TPU_BUILD_DIR="$PWD/build-gpu-wheel" CMAKE_BUILD_PARALLEL_LEVEL=16 \
+    "$PY" -m pip wheel -q --no-build-isolation --no-deps --no-index -w "$OUT/dist" . \
+    >> "$OUT/build.log" 2>&1 && ls "$OUT/dist" | sed 's/^/wheel: /' | tee -a "$OUT/env.txt"
+fi
 
 "$PY" - <<'PY' 2>&1 | tee "$OUT/smoke.txt"
 import time, torch

@@ -7,6 +7,7 @@
 #include <torch/extension.h>
 
 #include "aten/graph.h"
+#include "aten/profiler.h"
 
 namespace {
 
@@ -181,6 +182,7 @@ py::dict Stats() {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_tpu native core";
   RegisterGraphBindings(m);
+  torch_tpu::aten::RegisterProfilerBindings(m.ptr());  // aten/profiler.h
   torch_tpu::aten::RegisterDistributedBindings(m.ptr());
   torch_tpu::aten::RegisterCustomModuleBindings(m.ptr());
   m.def("_register", &torch_tpu::aten::RegisterDevice);

@@ -1,5 +1,6 @@
 #include "runtime/disk_cache.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <utime.h>
@@ -44,16 +45,89 @@ uint64_t Fnv1a64(const std::string& data, uint64_t seed) {
   return h;
 }
 
+namespace {
+// Who may write `st` besides this user, or "" when no one (root may).
+std::string OtherWriters(const std::string& path, const struct stat& st, bool sticky_ok) {
+  char mode[8];
+  std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  if (st.st_uid != getuid() && st.st_uid != 0)
+    return path + " is owned by uid " + std::to_string(st.st_uid) + ", not by this user (uid " +
+           std::to_string(getuid()) + "): use a cache directory of your own (TORCH_TPU_CACHE_DIR)";
+  if (!(st.st_mode & (S_IWGRP | S_IWOTH)) || (sticky_ok && (st.st_mode & S_ISVTX))) return "";
+  return path + " is " + ((st.st_mode & S_IWOTH) ? "world" : "group") + "-writable (mode " +
+         mode + "): chmod go-w " + path;
+}
+}  // namespace
+
+std::string UnsafeCacheReason(const std::string& path, bool parents) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return "";  // absent: nothing to trust yet
+  std::string why = OtherWriters(path, st, /*sticky_ok=*/false);
+  if (!why.empty() || !parents) return why;
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  for (p = p.parent_path(); !ec && !p.empty(); p = p.parent_path()) {
+    if (stat(p.c_str(), &st) == 0 && !(why = OtherWriters(p.string(), st, true)).empty())
+      return "its parent " + why;
+    if (p == p.parent_path()) break;
+  }
+  return "";
+}
+
 DiskCache::DiskCache(std::string dir, uint64_t max_bytes)
     : dir_(std::move(dir)), max_bytes_(max_bytes) {
   if (dir_.empty()) return;
   std::error_code ec;
-  fs::create_directories(dir_, ec);
+  if (fs::create_directories(dir_, ec)) fs::permissions(dir_, fs::perms::owner_all, ec);
   if (ec) {
     std::cerr << "torch_tpu: compilation cache disabled: cannot create " << dir_ << ": "
               << ec.message() << "\n";
     dir_.clear();
+    return;
   }
+  std::string why = UnsafeCacheReason(dir_, /*parents=*/true);
+  if (!why.empty()) {
+    Refuse(dir_, why);
+    dir_.clear();
+  }
+}
+
+void DiskCache::Refuse(const std::string& path, const std::string& why) {
+  if (refused_.exchange(true)) return;
+  std::cerr << "torch_tpu: disk compilation cache turned off for this run: " << why
+            << ". It holds native code that torch_tpu loads and runs, so no other user may be "
+               "able to write it (as ssh refuses a key file that others can write).\n";
+}
+
+bool DiskCache::Trusts(const std::string& path) {
+  if (refused_) return false;
+  std::string why = UnsafeCacheReason(path);
+  if (why.empty()) return true;
+  Refuse(path, why);
+  return false;
+}
+
+std::string DiskCache::Subdir(const std::string& name) {
+  if (!enabled()) return "";
+  std::string path = dir_ + "/" + name;
+  std::error_code ec;
+  if (fs::create_directory(path, ec)) fs::permissions(path, fs::perms::owner_all, ec);
+  if (ec || !Trusts(path)) return "";
+  return path;
+}
+
+std::vector<std::pair<std::string, std::string>> DiskCache::ReadManifest(const std::string& path) {
+  if (!enabled() || !Trusts(path)) return {};
+  return ::torch_tpu::runtime::ReadManifest(path);
+}
+
+void DiskCache::AppendToManifest(const std::string& path, const std::string& record) {
+  if (!enabled()) return;
+  int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  ssize_t written = write(fd, record.data(), record.size());
+  (void)written;  // a lost record only costs a prefetch
+  close(fd);
 }
 
 std::string HashName(const std::string& key) {
@@ -65,6 +139,7 @@ std::string DiskCache::PathFor(const std::string& key) const {
 }
 
 std::optional<std::pair<std::string, std::string>> DiskCache::ReadEntry(const std::string& path) {
+  if (!Trusts(path)) return std::nullopt;
   std::ifstream in(path, std::ios::binary);
   if (!in) return std::nullopt;
   auto bad = [&](const char* why) -> std::optional<std::pair<std::string, std::string>> {
@@ -106,6 +181,7 @@ void DiskCache::Store(const std::string& key, const std::string& payload) {
   std::string path = PathFor(key);
   std::random_device rd;
   std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + Hex(rd());
+  std::error_code ec_perms;  // entries are private to the user
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) return;
@@ -118,6 +194,7 @@ void DiskCache::Store(const std::string& key, const std::string& payload) {
     out.write(key.data(), static_cast<std::streamsize>(key.size()));
     out.write(payload.data(), static_cast<std::streamsize>(payload.size()));
     out.flush();
+    fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_write, ec_perms);
     if (!out) {
       std::error_code ec;
       fs::remove(tmp, ec);

@@ -8,6 +8,14 @@
 // writer leaves no broken entry); a corrupted or truncated entry is detected
 // by its checksum, reported once, removed and recompiled. The directory is
 // bounded in size; the least recently used entries are evicted first.
+//
+// Entries are native code that is loaded and run, so, like ssh with a key
+// file, the cache trusts only what no other user can write: the directory,
+// its parents, its subdirectories and every entry must be owned by this user
+// (or root) and not group- or world-writable (a parent may be a sticky
+// directory such as /tmp). Anything else turns the whole disk cache off for
+// the run, with one warning that says what to fix. What the cache creates
+// is private to the user (directories 0700, files 0600).
 #pragma once
 
 #include <atomic>
@@ -23,7 +31,7 @@ class DiskCache {
  public:
   // `dir` empty: disabled.
   DiskCache(std::string dir, uint64_t max_bytes);
-  bool enabled() const { return !dir_.empty(); }
+  bool enabled() const { return !dir_.empty() && !refused_; }
   const std::string& dir() const { return dir_; }
 
   std::optional<std::string> Load(const std::string& key);
@@ -35,13 +43,27 @@ class DiskCache {
   // but `corrupted`.
   std::optional<std::pair<std::string, std::string>> ReadEntry(const std::string& path);
 
+  // `name` under the cache directory, created private if missing: its path,
+  // or "" (and the cache refused) when it is unsafe.
+  std::string Subdir(const std::string& name);
+  // ReadManifest below, if the manifest file is safe (else the cache is
+  // refused); AppendToManifest writes one record with a single append,
+  // creating the file private.
+  std::vector<std::pair<std::string, std::string>> ReadManifest(const std::string& path);
+  void AppendToManifest(const std::string& path, const std::string& record);
+
   int64_t hits = 0;
   int64_t misses = 0;
   std::atomic<int64_t> corrupted{0};
 
  private:
   void Evict();
+  // False (and the cache off from now on, with one warning) if `path` exists
+  // and another user could have written it.
+  bool Trusts(const std::string& path);
+  void Refuse(const std::string& path, const std::string& why);
   std::string dir_;
+  std::atomic<bool> refused_{false};
   uint64_t max_bytes_;
   std::atomic<bool> warned_{false};
 };
@@ -52,6 +74,12 @@ class DiskCache {
 // writer) ends the list.
 std::vector<std::pair<std::string, std::string>> ReadManifest(const std::string& path);
 std::string ManifestRecord(const std::string& key, const std::string& file);
+
+// Why `path` (a cache directory or entry) must not be trusted, or "" if it is
+// safe or absent: owned by another user (not root), or group- or
+// world-writable. With `parents`, each parent directory is checked too
+// (a sticky one, such as /tmp, may be world-writable).
+std::string UnsafeCacheReason(const std::string& path, bool parents = false);
 
 uint64_t Fnv1a64(const std::string& data, uint64_t seed = 1469598103934665603ULL);
 // 32 hex digits (two seeded FNV-1a hashes): the file name stem for `key`.

@@ -1,4 +1,5 @@
 #include "runtime/runtime.h"
+#include "runtime/trace.h"
 
 #include "runtime/scalar_bytes.h"
 
@@ -204,6 +205,7 @@ pjrt::ExecutablePtr Runtime::GetOrCompile(const std::string& key, int device,
   auto start = std::chrono::steady_clock::now();
   pjrt::ExecutablePtr exe;
   try {
+    trace::Scope span(trace::Kind::Compile, trace::NameOfKey(key), device);
     exe = client_->Compile(text, device);
   } catch (const pjrt::Error& e) {
     // Keep the module for the bug report.
@@ -278,12 +280,10 @@ void Runtime::StartPrefetch() {
     return;
   std::string build = BuildIdentity(), cmdline = CommandLine();
   if (build.empty() || cmdline.empty()) return;
-  std::string dir = disk_->dir() + "/prefetch";
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return;
+  std::string dir = disk_->Subdir("prefetch");  // "" if it is unsafe (cache refused)
+  if (dir.empty()) return;
   manifest_path_ = dir + "/" + HashName(cmdline + "\n" + build + "\n" + disk_key_prefix_) + ".list";
-  for (auto& [key, file] : ReadManifest(manifest_path_)) {
+  for (auto& [key, file] : disk_->ReadManifest(manifest_path_)) {
     if (!manifest_keys_.insert(key).second) continue;
     prefetch_order_.push_back(key);
     prefetch_pending_.emplace(std::move(key), std::move(file));
@@ -362,10 +362,7 @@ void Runtime::RecordInManifest(const std::string& key, const std::string& disk_k
   std::string record = ManifestRecord(key, file);
   // One append per record (O_APPEND): concurrent runs of the same program
   // interleave whole records.
-  if (FILE* f = std::fopen(manifest_path_.c_str(), "ab")) {
-    std::fwrite(record.data(), 1, record.size(), f);
-    std::fclose(f);
-  }
+  disk_->AppendToManifest(manifest_path_, record);
 }
 
 void Runtime::StopPrefetch() {
@@ -401,7 +398,9 @@ std::vector<pjrt::BufferPtr> Runtime::Execute(const pjrt::Executable& exe,
                                               const std::vector<PJRT_Buffer*>& args,
                                               const std::vector<int64_t>& non_donatable,
                                               const std::string& op) {
+  int64_t launch_ns = trace::Enabled() ? trace::NowNs() : 0;
   auto outs = exe.Execute(args, non_donatable);
+  trace::OnExecuted(*client_, op, launch_ns, outs);
   ++stats_.executions;
   if (launch_blocking_) {
     try {
@@ -458,6 +457,7 @@ void Runtime::Synchronize(int /*device*/) {
 pjrt::BufferPtr Runtime::Upload(const void* data, hlo::ElementType t,
                                 const std::vector<int64_t>& dims, int device) {
   ++stats_.transfers_to_device;
+  trace::Scope span(trace::Kind::ToDevice, "to_device", device);
   return client_->FromHost(data, ToPjrt(t), dims, device);
 }
 
@@ -493,6 +493,8 @@ void Runtime::Download(const pjrt::Buffer& buffer, void* dst, size_t nbytes) {
   CheckAssertions();
   ++stats_.transfers_to_host;
   if (nbytes == 0) return;
+  trace::Scope span(trace::Kind::ToHost, "to_host",
+                    trace::Enabled() ? trace::DeviceOf(*client_, buffer) : -1);
   buffer.ToHost(dst, nbytes);
 }
 

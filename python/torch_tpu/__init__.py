@@ -67,6 +67,12 @@ def _setup() -> None:
     backends.is_available = _device_module.is_available  # type: ignore[attr-defined]
     sys.modules["torch.backends.tpu"] = backends
     torch.backends.tpu = backends  # type: ignore[attr-defined]
+    # torch.profiler records tpu device, compile and transfer spans;
+    # torch.tpu.profiler is torch_tpu.profiler.
+    from . import profiler as _profiler
+
+    _profiler.install()
+    _device_module.profiler = _profiler  # type: ignore[attr-defined]
 
 
 def _release_autograd_threads() -> None:

@@ -713,7 +713,9 @@ def _cache_traces() -> bool:
         return False
     from torch._functorch._aot_autograd.autograd_cache import should_use_local_autograd_cache
 
-    return should_use_local_autograd_cache()
+    from .cache_safety import trace_cache_is_safe  # refuses a directory others can write
+
+    return should_use_local_autograd_cache() and trace_cache_is_safe()
 
 
 _salt: str | None = None

@@ -199,14 +199,23 @@ def reset_peak_memory_stats(device: _DeviceLike = None) -> None:
 
 
 def memory_stats(device: _DeviceLike = None) -> dict[str, int]:
+    """``torch.cuda.memory_stats``'s keys where they mean the same here.
+
+    Storages own their device buffers and free them when released (no
+    caching allocator), so reserved, active and requested bytes all equal
+    allocated bytes; ``allocation.*`` count storage buffers. Keys CUDA has
+    that torch_tpu does not track (cumulative bytes, pools, segments,
+    retries, OOMs) are left out rather than reported as 0.
+    """
     m = _C._memory(_index(device))
-    return {
-        "allocated_bytes.all.current": m["allocated_bytes"],
-        "allocated_bytes.all.peak": m["peak_allocated_bytes"],
-        "allocation.all.allocated": m["num_allocs"],
-        "allocation.all.freed": m["num_frees"],
-        "reserved_bytes.all.current": m["allocated_bytes"],
-    }
+    current, peak = m["allocated_bytes"], m["peak_allocated_bytes"]
+    stats = {"allocation.all.current": m["num_allocs"] - m["num_frees"],
+             "allocation.all.allocated": m["num_allocs"],
+             "allocation.all.freed": m["num_frees"]}
+    for name in ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes"):
+        stats[f"{name}.all.current"] = current
+        stats[f"{name}.all.peak"] = peak
+    return dict(sorted(stats.items()))  # CUDA's order: sorted by key
 
 
 def empty_cache() -> None:

@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import prerequisites  # noqa: E402
 SPEC_FILE = HERE / "device_spec_tpu.py"
 PLUGIN = "_conformance_plugin"
 
@@ -302,6 +304,8 @@ def main(argv=None, suite: str = "transformers", description: str | None = None)
     ap.add_argument("--run-slow", action="store_true", help="set RUN_SLOW=1 (default: slow tests skipped)")
     ap.add_argument("--pytest-arg", action="append", help="extra pytest argument (repeatable)")
     ap.add_argument("--keep-workdir", action="store_true", help="keep per-run logs (printed path)")
+    ap.add_argument("--skip-prerequisites", action="store_true",
+                    help="run even if the prerequisite check finds something missing")
     args = ap.parse_args(argv)
 
     src = Path(args.src).resolve()
@@ -314,6 +318,14 @@ def main(argv=None, suite: str = "transformers", description: str | None = None)
         ap.error("--workers must be >= 1")
     args.package = pkg
     mods = resolve_modules(src, args.modules)
+    problems = prerequisites.check(args.python, suite, pkg, src, args.installed_package)
+    if problems and not args.skip_prerequisites:
+        print(f"The {title} suite cannot run yet with {args.python}; missing:", file=sys.stderr)
+        for p in problems:
+            print(f"  - {p}", file=sys.stderr)
+        print("(README.md in scripts/conformance lists every step; --skip-prerequisites "
+              "runs anyway)", file=sys.stderr)
+        return 2
     args.pytest_timeout = has_module(args.python, "pytest_timeout")
     if not args.pytest_timeout:
         print("warning: pytest-timeout is not installed; only the per-module timeout applies", file=sys.stderr)
