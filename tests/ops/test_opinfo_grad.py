@@ -52,6 +52,10 @@ GRAD_TOLERANCES: dict[tuple[str, str], tuple[float, float]] = {
     # in f32. Measured against the f32 gradient (sum of |error| over the weight): CPU
     # 2.4 / 35.0, tpu 2.1 / 27.2 (2d / 3d); they differ by a few bf16 ulps of the sum.
     ("nn.functional.conv_transpose2d", "bfloat16"): (1.6e-2, 1e-1),
+    # The same for conv2d's weight gradient on hosts whose CPU bf16 kernel (oneDNN on
+    # AMD EPYC) rounds partial sums: one element 2 bf16 ulps (0.0625 of ~3.9) apart.
+    # Measured against the f32 gradient (sum of |error|): CPU bf16 0.121, tpu 0.118.
+    ("nn.functional.conv2d", "bfloat16"): (1.6e-2, 1e-1),
     ("nn.functional.conv_transpose3d", "bfloat16"): (1.6e-2, 2.5e-1),
     # The bias gradient sums the cotangent over the whole 3-d output (thousands of f32
     # terms, results ~10): a different summation order moves it by ~1.5e-5 relative.
