@@ -6,6 +6,7 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/extension.h>
 
+#include "aten/dynamic.h"
 #include "aten/graph.h"
 #include "aten/profiler.h"
 
@@ -174,6 +175,10 @@ py::dict Stats() {
   d["disk_misses"] = s.disk_misses;
   d["disk_prefetched"] = GetRuntime().prefetched();
   d["disk_cache_dir"] = GetRuntime().disk_cache_dir();
+  auto dyn = torch_tpu::aten::DynamicStats();  // bounded dynamic shapes (dynamic.cpp)
+  d["dynamic_executables"] = dyn.executables;
+  d["dynamic_hits"] = dyn.hits;
+  d["dynamic_exact_fallbacks"] = dyn.exact_fallbacks;
   return d;
 }
 
@@ -240,6 +245,15 @@ PYBIND11_MODULE(_C, m) {
     GetRuntime().Synchronize(d);
   });
   m.def("_stats", &Stats);
+  m.def("_set_dynamic_shapes", &torch_tpu::aten::SetDynamicMode);
+  m.def("_forget_dynamic_sizes", &torch_tpu::aten::ForgetDynamicSizes);
+  m.def("_dynamic_shapes", [] {
+    switch (torch_tpu::aten::GetDynamicMode()) {
+      case torch_tpu::aten::DynamicMode::Auto: return std::string("auto");
+      case torch_tpu::aten::DynamicMode::All: return std::string("1");
+      default: return std::string("0");
+    }
+  });
   m.def("_reset_stats", [] { GetRuntime().ResetStats(); });
   m.def("_clear_cache", [] { GetRuntime().ClearCache(); });
   m.def("_set_launch_blocking", [](bool v) { GetRuntime().set_launch_blocking(v); });

@@ -7,6 +7,7 @@
 // (eager.cpp), fused eager records it into a chain (fused.cpp).
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "aten/tpu.h"
@@ -90,6 +91,8 @@ struct Plan {
   std::vector<at::Tensor> dest_tensors;  // in-place / out= destinations
   std::vector<Dest> dests;         // their writes (fresh outputs added later)
   std::string key;
+  // Per input: where its geometry (sizes, strides) sits in `key`.
+  std::vector<std::pair<size_t, size_t>> geometry_spans;
   int device = -1;
   bool any_f64 = false;
 };
@@ -134,9 +137,23 @@ std::vector<lowering::Arg> AbstractArgs(const Plan& plan);
 // (flat storage values), and the device assertions.
 struct Emitted {
   std::vector<hlo::Value> written_values, fresh_values;
+  std::vector<hlo::Value> fresh_results;  // the fresh outputs before flattening
   std::vector<lowering::Context::Check> checks;
 };
-Emitted EmitCall(const Call& call, hlo::Builder& b, const std::vector<hlo::Value>& params);
+// `reads`, when given: per plan input, its value already read (an invalid
+// Value: read it from its storage as usual). Bounded-dynamic calls read their
+// dynamic inputs themselves (dynamic.cpp).
+Emitted EmitCall(const Call& call, hlo::Builder& b, const std::vector<hlo::Value>& params,
+                 const std::vector<hlo::Value>* reads = nullptr);
+
+// ---- bounded dynamic shapes (dynamic.cpp)
+// Strict eager, on a miss of the exact-shape cache: runs the call on a
+// bounded-dynamic executable when its signature has dynamic dims; nullopt
+// when the call runs with exact shapes.
+std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::OperatorHandle& op,
+                                                   const std::vector<c10::IValue>& args);
+// Output specs remembered for an exact-shape key that ran dynamic (null if none).
+const std::vector<OutputSpec>* DynamicSpecs(const std::string& key);
 
 // A fresh tpu tensor for result i of the call (its storage not yet written).
 at::Tensor FreshTensor(const Call& call, size_t i);

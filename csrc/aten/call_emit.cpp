@@ -20,7 +20,12 @@ Value Read(const Plan& plan, hlo::Builder& b, const std::vector<Value>& params, 
   return lowering::ReadView(b, storage, offset, in.geometry);
 }
 
-std::vector<Arg> RuleArgs(const Plan& plan, hlo::Builder& b, const std::vector<Value>& params) {
+std::vector<Arg> RuleArgs(const Plan& plan, hlo::Builder& b, const std::vector<Value>& params,
+                          const std::vector<Value>* reads) {
+  auto read = [&](int idx) {
+    if (reads && (*reads)[idx].valid()) return (*reads)[idx];
+    return Read(plan, b, params, idx);
+  };
   std::vector<Arg> rule_args;
   for (size_t i = 0; i < plan.args.size(); ++i) {
     if (i < plan.is_out.size() && plan.is_out[i]) continue;
@@ -28,9 +33,9 @@ std::vector<Arg> RuleArgs(const Plan& plan, hlo::Builder& b, const std::vector<V
     Arg a = ap.literal;
     a.kind = ap.kind;
     if (ap.kind == Arg::Kind::Tensor) {
-      a.tensor = ap.param >= 0 ? params[ap.param] : Read(plan, b, params, ap.tensors[0]);
+      a.tensor = ap.param >= 0 ? params[ap.param] : read(ap.tensors[0]);
     } else if (ap.kind == Arg::Kind::TensorList) {
-      for (int t : ap.tensors) a.tensors.push_back(t >= 0 ? Read(plan, b, params, t) : Value());
+      for (int t : ap.tensors) a.tensors.push_back(t >= 0 ? read(t) : Value());
     } else if (ap.kind == Arg::Kind::Scalar || ap.kind == Arg::Kind::Generator) {
       a.tensor = params[ap.param];
     } else if (ap.kind == Arg::Kind::Double && ap.param >= 0) {
@@ -73,7 +78,8 @@ Value FreshStorageValue(hlo::Builder& b, const OutputSpec& spec, Value v) {
 
 }  // namespace
 
-Emitted EmitCall(const Call& call, hlo::Builder& b, const std::vector<Value>& params) {
+Emitted EmitCall(const Call& call, hlo::Builder& b, const std::vector<Value>& params,
+                 const std::vector<Value>* reads) {
   const Plan& plan = call.plan;
   const std::string& name = call.desc->name;
   lowering::Context ctx{b};
@@ -81,7 +87,7 @@ Emitted EmitCall(const Call& call, hlo::Builder& b, const std::vector<Value>& pa
   ctx.fp32_highest = at::globalContext().float32MatmulPrecision() == at::Float32MatmulPrecision::HIGHEST;
   for (const auto& s : call.specs)
     ctx.outputs.push_back(TensorType{ToElementType(s.dtype, name.c_str()), s.sizes});
-  std::vector<Value> results = DefinedResults(call, call.desc->rule->rule(ctx, RuleArgs(plan, b, params)));
+  std::vector<Value> results = DefinedResults(call, call.desc->rule->rule(ctx, RuleArgs(plan, b, params, reads)));
   std::vector<Value> current(plan.storages.size());
   for (size_t s = 0; s < plan.storages.size(); ++s)
     if (plan.storage_param[s] >= 0) current[s] = params[plan.storage_param[s]];
@@ -93,6 +99,7 @@ Emitted EmitCall(const Call& call, hlo::Builder& b, const std::vector<Value>& pa
     const Dest& d = plan.dests[i];
     v = b.Convert(v, d.dtype);
     if (!d.tensor.defined()) {
+      e.fresh_results.push_back(v);
       e.fresh_values.push_back(FreshStorageValue(b, call.specs[i], v));
       continue;
     }

@@ -68,7 +68,9 @@ int AddTensor(Plan& p, const at::Tensor& t, const std::string& op) {
   p.key += 'T';
   p.key += std::to_string(in.storage);
   p.key += hlo::Name(dtype);
+  size_t span_begin = p.key.size();
   in.geometry.AppendKey(&p.key);
+  p.geometry_spans.emplace_back(span_begin, p.key.size());  // dynamic.cpp's signatures
   p.inputs.push_back(in);
   return static_cast<int>(p.inputs.size()) - 1;
 }

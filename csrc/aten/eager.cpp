@@ -114,10 +114,13 @@ std::vector<c10::IValue> RunCall(const OpDesc& desc, const c10::OperatorHandle& 
   auto& cache = Executables();
   auto found = cache.find(call.plan.key);
   Compiled* hit = found != cache.end() ? &found->second : nullptr;
-  const std::vector<OutputSpec>* cached = hit ? &hit->outputs : nullptr;
+  const std::vector<OutputSpec>* cached = hit ? &hit->outputs : DynamicSpecs(call.plan.key);
   if (!ComputeOutputs(call, op, args, cached)) return RunCall(desc, op, args);  // out= resized
   FinishPlan(call, op.schema(), args);
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, call.plan.device));
+  // Bounded dynamic shapes (dynamic.cpp): a new size of a known signature.
+  if (!Recording() && !(hit && hit->exe))
+    if (auto results = RunDynamic(call, op, args)) return std::move(*results);
   if (Recording()) {
     if (!cached) cache[call.plan.key] = Compiled{nullptr, call.cached, {}};
     return RecordCall(call);

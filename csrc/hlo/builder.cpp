@@ -19,10 +19,24 @@ int64_t TensorType::numel() const {
   return n;
 }
 
+bool TensorType::is_dynamic() const {
+  if (dynamic.size() != shape.size()) return false;
+  for (bool d : dynamic)
+    if (d) return true;
+  return false;
+}
+
 std::string TensorType::str() const {
   std::string s = "tensor<";
-  for (int64_t d : shape) s += std::to_string(d) + "x";
-  return s + Name(dtype) + ">";
+  const bool dyn = is_dynamic();
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (dyn && dynamic[i] ? std::string("?") : std::to_string(shape[i])) + "x";
+  s += Name(dtype);
+  if (!dyn) return s + ">";
+  s += ", #stablehlo.bounds<";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + (dynamic[i] ? std::to_string(shape[i]) : std::string("?"));
+  return s + ">>";
 }
 
 std::string Ints(const std::vector<int64_t>& v) {
@@ -194,6 +208,14 @@ std::vector<Value> Builder::OpWithRegion(
     const std::vector<TensorType>& results, const std::string& attrs,
     const std::vector<TensorType>& block_args,
     const std::function<void(const std::vector<Value>&)>& body) {
+  if (!keep_dynamic_) {  // a result type copied from a dynamic operand's: printed static
+    for (const auto& r : results)
+      if (!r.dynamic.empty()) {
+        std::vector<TensorType> stat = results;
+        for (auto& t : stat) t.dynamic.clear();
+        return OpWithRegion(name, operands, stat, attrs, block_args, body);
+      }
+  }
   std::vector<Value> outs;
   int base = next_id_;
   next_id_ += static_cast<int>(results.size());
@@ -574,6 +596,33 @@ Value Builder::Fft(Value x, const std::string& type, const std::vector<int64_t>&
 }
 
 // ------------------------------------------------------------------ shapes
+
+Value Builder::SetDimensionSize(Value x, Value size, int64_t dim, bool to_static) {
+  TensorType t = x.type;
+  t.dynamic.resize(t.shape.size(), false);
+  t.dynamic.at(dim) = !to_static;
+  if (!t.is_dynamic()) t.dynamic.clear();
+  keep_dynamic_ = true;
+  Value v = Op1("stablehlo.set_dimension_size", {x, size}, t,
+                "dimension = " + std::to_string(dim) + " : i64");
+  keep_dynamic_ = false;
+  return v;
+}
+
+Value Builder::DynamicReshape(Value x, Value sizes, const std::vector<int64_t>& bound,
+                              const std::vector<bool>& dynamic) {
+  TensorType t{x.dtype(), bound, dynamic};
+  if (!t.is_dynamic()) t.dynamic.clear();
+  keep_dynamic_ = true;
+  Value v = Op1("stablehlo.dynamic_reshape", {x, sizes}, t);
+  keep_dynamic_ = false;
+  return v;
+}
+
+Value Builder::GetDimensionSize(Value x, int64_t dim) {
+  return Op1("stablehlo.get_dimension_size", {x}, TensorType{ElementType::I32, {}},
+             "dimension = " + std::to_string(dim) + " : i64");
+}
 
 Value Builder::Reshape(Value x, const std::vector<int64_t>& shape) {
   if (x.shape() == shape) return x;

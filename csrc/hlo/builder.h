@@ -17,6 +17,12 @@ namespace torch_tpu::hlo {
 struct TensorType {
   ElementType dtype = ElementType::F32;
   std::vector<int64_t> shape;
+  // Bounded dynamic dims (XLA's dynamic padder): dims flagged here have a
+  // runtime size of at most shape[d]. Empty: static. Only the builder's
+  // SetDimensionSize / DynamicReshape make such types; other ops' results
+  // are printed static (XLA infers their dynamism from the operands).
+  std::vector<bool> dynamic;
+  bool is_dynamic() const;
   int64_t rank() const { return static_cast<int64_t>(shape.size()); }
   int64_t numel() const;
   std::string str() const;  // tensor<2x3xf32>
@@ -115,6 +121,17 @@ class Builder {
   Value Reverse(Value x, const std::vector<int64_t>& dims);
   Value Pad(Value x, Value pad_value, const std::vector<int64_t>& low,
             const std::vector<int64_t>& high, const std::vector<int64_t>& interior);
+  // Bounded dynamism: x with dim `dim` given the runtime size `size` (rank-0
+  // i32, at most x.shape()[dim]). `to_static`: the result is static again
+  // (the dim back to its full bound, e.g. a packed result in its buffer).
+  Value SetDimensionSize(Value x, Value size, int64_t dim, bool to_static = false);
+  // x's elements (row-major, its runtime sizes) reshaped to the runtime
+  // sizes `sizes` (1-D i32 of bound.size() entries); dims flagged in
+  // `dynamic` are bounded by `bound`.
+  Value DynamicReshape(Value x, Value sizes, const std::vector<int64_t>& bound,
+                       const std::vector<bool>& dynamic);
+  // The runtime size of x's dim `dim` (rank-0 i32; a constant for static dims).
+  Value GetDimensionSize(Value x, int64_t dim);
 
   // ---- sorting
   // Sorts `operands` (same shape) together along `dim`; `before(b, [l0, r0,
@@ -226,6 +243,7 @@ class Builder {
   std::vector<std::string> functions_;  // embedded functions, printed after main
   std::unordered_map<std::string, std::string> embedded_;  // module text -> callee
   int indent_ = 2;
+  bool keep_dynamic_ = false;  // the op being added makes a bounded dynamic type
   bool returned_ = false;
 };
 

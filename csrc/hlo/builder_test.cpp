@@ -341,5 +341,25 @@ TEST(Hlo, EmbeddedModuleIsCalledAndRuns) {
   EXPECT_THROW(b.EmbedModule("module {\n  func.func @f() {\n  }\n}\n"), std::invalid_argument);
 }
 
+TEST(Hlo, BoundedDynamicTypesPrintAndStayLocal) {
+  Builder b("m");
+  Value x = b.Parameter({ElementType::F32, {64}});
+  Value n = b.Parameter({ElementType::I32, {}});
+  Value d = b.SetDimensionSize(x, n, 0);
+  EXPECT_EQ(d.type.str(), "tensor<?xf32, #stablehlo.bounds<64>>");
+  Value sizes = b.Concatenate({b.ConstantIntArray(ElementType::I32, {4}), b.Reshape(n, {1})}, 0);
+  Value r = b.DynamicReshape(d, sizes, {4, 16}, {false, true});
+  EXPECT_EQ(r.type.str(), "tensor<4x?xf32, #stablehlo.bounds<?, 16>>");
+  Value e = b.Unary("exponential", r);  // result types copied from r print static
+  EXPECT_EQ(e.type.str(), "tensor<4x16xf32>");
+  EXPECT_EQ(b.GetDimensionSize(r, 1).type.str(), "tensor<i32>");
+  Value s = b.SetDimensionSize(b.Reshape(e, {64}), b.ConstantInt(ElementType::I32, 64), 0, true);
+  EXPECT_EQ(s.type.str(), "tensor<64xf32>");
+  b.Return({s});
+  std::string text = b.ToText();
+  EXPECT_NE(text.find("stablehlo.set_dimension_size"), std::string::npos);
+  EXPECT_NE(text.find("stablehlo.dynamic_reshape"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace torch_tpu::hlo

@@ -153,6 +153,25 @@ void CheckNonEmpty(Context& c, const Value& x, const std::vector<int64_t>& dims)
 
 // ---------------------------------------------------------------- rules
 
+// The number of elements a mean over `dims` of x divides by, as a value like
+// s. A bounded-dynamic x (dynamic.cpp) counts its dynamic dims at run time.
+Value MeanDivisor(hlo::Builder& b, const Value& s, const Value& x, const std::vector<int64_t>& dims) {
+  if (!x.type.is_dynamic()) return Fill(b, s, static_cast<double>(Count(x, dims)));
+  int64_t fixed = 1;
+  Value n;
+  for (int64_t d : dims) {
+    if (!x.type.dynamic[d]) {
+      fixed *= x.shape()[d];
+      continue;
+    }
+    Value size = b.GetDimensionSize(x, d);
+    n = n.valid() ? b.Binary("multiply", n, size) : size;
+  }
+  if (!n.valid()) return Fill(b, s, static_cast<double>(fixed));
+  Value count = b.Convert(b.Binary("multiply", n, b.ConstantInt(hlo::ElementType::I32, fixed)), s.dtype());
+  return b.BroadcastInDim(count, s.shape(), {});
+}
+
 // sum / mean / prod: `dim_arg` is the index of the dims argument, or -1 for
 // the full-reduction overloads.
 Rule SumRule(int dim_arg, bool mean) {
@@ -161,8 +180,7 @@ Rule SumRule(int dim_arg, bool mean) {
     ElementType ct = ComputeType(Out(c).dtype);
     auto dims = dim_arg < 0 ? ReduceDims({}, x.rank()) : DimsArg(a, dim_arg, x.rank());
     Value s = Sum(c.b, c.b.Convert(x, ct), dims);
-    if (mean)
-      s = c.b.Binary("divide", s, Fill(c.b, s, static_cast<double>(Count(x, dims))));
+    if (mean) s = c.b.Binary("divide", s, MeanDivisor(c.b, s, x, dims));
     return std::vector<Value>{Finish(c, s)};
   };
 }

@@ -90,6 +90,7 @@ def _release_autograd_threads() -> None:
 _setup()
 
 from . import debug  # noqa: E402
+from . import dynamic  # noqa: E402,F401  (bounded dynamic shapes: mode, set_mode)
 from . import compile  # noqa: E402,F401  (torch.compile backend "tpu", registered lazily)
 from . import hf as _hf  # noqa: E402,F401  (Hugging Face import hooks; imports no HF library)
 from . import distributed as _distributed  # noqa: E402

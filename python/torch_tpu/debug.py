@@ -12,7 +12,10 @@ def stats() -> dict[str, Any]:
 
     Keys: compiles, cache_hits, executions, compile_seconds, fallbacks (op name
     -> count of CPU-fallback runs), native_ops (op name -> count),
-    transfers_to_device, transfers_to_host, cache_size.
+    transfers_to_device, transfers_to_host, cache_size; bounded dynamic shapes
+    (torch_tpu.dynamic): dynamic_executables (compiled), dynamic_hits (calls
+    that reused one), dynamic_exact_fallbacks (signatures XLA could not pad,
+    back to exact shapes).
     """
     return dict(_C._stats())
 

@@ -1,0 +1,147 @@
+"""Bounded dynamic shapes in strict eager (csrc/aten/dynamic.cpp).
+
+For each op family of the first slice: results on the bounded-dynamic
+executables equal CPU, and the compile counts drop (sizes 5, 6, 7, 9 of one
+op signature: one static executable for the first size, one dynamic one for
+the 16-bucket that serves the others). Every test uses its own shapes (a
+column count no other test uses) so that signatures do not share state.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_tpu
+from torch_tpu import debug, dynamic
+
+SIZES = (5, 6, 7, 9)  # all inside the first bucket (16)
+
+
+@pytest.fixture(autouse=True)
+def auto_mode():
+    dynamic.forget_sizes()
+    with dynamic.dynamic_shapes("auto"):
+        yield
+
+
+def run_sizes(fn, make, sizes=SIZES, atol=1e-5, rtol=1.3e-6):
+    """Runs fn on tpu and CPU for each size; returns the stats of the tpu runs."""
+    debug.reset_stats()
+    for n in sizes:
+        args = make(n)
+        expected = fn(*args)
+        got = fn(*[a.to("tpu") for a in args]).cpu()
+        assert got.shape == expected.shape and got.dtype == expected.dtype
+        torch.testing.assert_close(got, expected, atol=atol, rtol=rtol)
+    s = debug.stats()
+    assert s["fallbacks"] == {}, s["fallbacks"]
+    return s
+
+
+def assert_one_bucket(s, dynamic_hits=2):
+    # First size: static; second: the 16-bucket's executable; the rest hit it.
+    assert s["compiles"] == 2, s
+    assert s["dynamic_executables"] == 1, s
+    assert s["dynamic_hits"] == dynamic_hits, s
+    assert s["dynamic_exact_fallbacks"] == 0, s
+
+
+@pytest.mark.parametrize("fn", [torch.exp, torch.tanh, torch.relu, F.gelu, F.silu, torch.sigmoid])
+def test_unary(fn):
+    assert_one_bucket(run_sizes(fn, lambda n: (torch.randn(n, 21),)))
+
+
+@pytest.mark.parametrize("op", ["add", "mul", "sub", "div", "maximum"])
+def test_binary_same_shape(op):
+    f = getattr(torch, op)
+    assert_one_bucket(run_sizes(f, lambda n: (torch.randn(n, 22), torch.rand(n, 22) + 0.5)))
+
+
+def test_binary_broadcast_and_scalar():
+    bias = torch.randn(1, 23)
+    s = run_sizes(lambda x, b: (x + b) * 2.5, lambda n: (torch.randn(n, 23), bias))
+    # add.Tensor and mul.Tensor: each one static and one dynamic executable.
+    assert s["compiles"] == 4 and s["dynamic_executables"] == 2 and s["dynamic_hits"] == 4, s
+
+
+def test_where_and_compare():
+    s = run_sizes(lambda x, y: torch.where(x > 0, x, y), lambda n: (torch.randn(3, n), torch.randn(3, n)))
+    assert s["compiles"] == 4 and s["dynamic_executables"] == 2 and s["dynamic_hits"] == 4, s
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_sum_mean_amax_along_the_dynamic_dim_and_the_other(dim):
+    x_of = lambda n: (torch.randn(n, 24) - 3,)  # noqa: E731
+    for f in (lambda x: x.sum(dim), lambda x: x.mean(dim), lambda x: x.amax(dim),
+              lambda x: x.mean(dim, keepdim=True)):
+        assert_one_bucket(run_sizes(f, x_of))
+
+
+def test_full_reductions():
+    assert_one_bucket(run_sizes(lambda x: x.sum(), lambda n: (torch.randn(n, 25),)))
+    assert_one_bucket(run_sizes(lambda x: x.mean(), lambda n: (torch.randn(n, 25),)))
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_softmax_and_log_softmax(dim):
+    make = lambda n: (torch.randn(2, n, 26) * 3,)  # noqa: E731
+    assert_one_bucket(run_sizes(lambda x: torch.softmax(x, dim), make))
+    assert_one_bucket(run_sizes(lambda x: torch.log_softmax(x, dim), make))
+
+
+def test_linear_with_dynamic_batch():
+    w, b = torch.randn(7, 27), torch.randn(7)
+    assert_one_bucket(run_sizes(lambda x, w, b: F.linear(x, w, b), lambda n: (torch.randn(n, 27), w, b)))
+
+
+def test_matmul_with_dynamic_contraction():
+    assert_one_bucket(run_sizes(lambda a, b: a @ b, lambda n: (torch.randn(3, n), torch.randn(n, 28))))
+
+
+def test_bmm_with_dynamic_rows():
+    y = torch.randn(2, 29, 4)
+    assert_one_bucket(run_sizes(torch.bmm, lambda n: (torch.randn(2, n, 29), y)))
+
+
+def test_past_the_bound_compiles_the_next_bucket():
+    s = run_sizes(torch.exp, lambda n: (torch.randn(n, 30),), sizes=(5, 6, 17, 18, 7))
+    # 5: static; 6: bucket 16; 17, 18: bucket 18; 7: hits bucket 16.
+    assert s["compiles"] == 3 and s["dynamic_executables"] == 2 and s["dynamic_hits"] == 2, s
+
+
+def test_the_first_size_keeps_its_static_executable():
+    s = run_sizes(torch.exp, lambda n: (torch.randn(n, 31),), sizes=(5, 6, 5, 5))
+    assert s["compiles"] == 2 and s["dynamic_executables"] == 1 and s["dynamic_hits"] == 0, s
+
+
+def test_exact_mode_compiles_per_shape():
+    with dynamic.dynamic_shapes("0"):
+        s = run_sizes(torch.exp, lambda n: (torch.randn(n, 32),))
+    assert s["compiles"] == 4 and s["dynamic_executables"] == 0, s
+
+
+def test_mode_one_is_dynamic_from_the_first_call():
+    with dynamic.dynamic_shapes("1"):
+        s = run_sizes(torch.exp, lambda n: (torch.randn(n, 33),))
+    # 33 is dynamic too (bucket 36); one executable for every size.
+    assert s["compiles"] == 1 and s["dynamic_executables"] == 1 and s["dynamic_hits"] == 3, s
+
+
+def test_storages_and_views_keep_pytorch_semantics():
+    debug.reset_stats()
+    for n in (5, 6, 7):
+        x = torch.randn(n, 34)
+        y = torch.exp(x.to("tpu"))
+        assert y.untyped_storage().nbytes() == n * 34 * 4
+        assert y.is_contiguous() and y.stride() == (34, 1)
+        v = y[1:, 3]  # a view of a result of a dynamic executable
+        torch.testing.assert_close(v.cpu(), torch.exp(x)[1:, 3])
+        y.add_(1)  # in place (exact shapes) on a dynamic result
+        torch.testing.assert_close(y.cpu(), torch.exp(x) + 1)
+    assert debug.stats()["dynamic_executables"] == 1
+
+
+def test_bad_mode_is_a_clear_error():
+    with pytest.raises(ValueError, match="mode must be"):
+        dynamic.set_mode("sometimes")
