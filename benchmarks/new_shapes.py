@@ -10,6 +10,9 @@ bucket of sizes 33..36), then timed at new lengths inside that bucket, and at
 one past it (the next bucket: 37..40).
 
     PYTHONPATH=python python3 benchmarks/new_shapes.py
+
+CPU eager runs with one thread (NEW_SHAPES_CPU_THREADS to change it): on a
+shared machine its multi-threaded times swing by 100x.
 """
 import json
 import os
@@ -37,6 +40,7 @@ def child():
     import torch_tpu
     from torch_tpu import debug
     torch.manual_seed(0)
+    torch.set_num_threads(int(os.environ.get("NEW_SHAPES_CPU_THREADS", "1")))  # steady CPU times
     w1, w2 = torch.randn(4 * HIDDEN, HIDDEN) / 8, torch.randn(HIDDEN, 4 * HIDDEN) / 16
     dw1, dw2 = w1.to("tpu"), w2.to("tpu")
 
@@ -51,20 +55,21 @@ def child():
         return {"n": n, "seconds": dt, "compiles": s["compiles"], "dynamic_hits": s["dynamic_hits"],
                 "max_err": err}
 
-    def cpu_call(n):
-        x = torch.randn(BATCH, n, HIDDEN)
-        block(x, w1, w2)
-        t = time.perf_counter()
-        block(x, w1, w2)
-        return time.perf_counter() - t
+    def cpu_call(n):  # the median of 5 (the first call of a size included)
+        x = torch.randn(BATCH, n + 100, HIDDEN)[:, :n]  # a size CPU has not run either
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            block(x, w1, w2)
+            times.append(time.perf_counter() - t)
+        return sorted(times)[2]
 
     for n in WARM:
         tpu_call(n)
     rows = []
     for n in NEW + PAST:
         first = tpu_call(n)
-        warm = tpu_call(n)
-        first["warm_seconds"] = warm["seconds"]
+        first["warm_seconds"] = sorted(tpu_call(n)["seconds"] for _ in range(3))[1]
         first["cpu_seconds"] = cpu_call(n)
         rows.append(first)
     print(json.dumps(rows))
