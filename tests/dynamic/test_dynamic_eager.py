@@ -66,7 +66,7 @@ def test_binary_broadcast_and_scalar():
 
 
 def test_where_and_compare():
-    s = run_sizes(lambda x, y: torch.where(x > 0, x, y), lambda n: (torch.randn(3, n), torch.randn(3, n)))
+    s = run_sizes(lambda x, y: torch.where(x > 0, x, y), lambda n: (torch.randn(37, n), torch.randn(37, n)))
     assert s["compiles"] == 4 and s["dynamic_executables"] == 2 and s["dynamic_hits"] == 4, s
 
 
@@ -96,7 +96,7 @@ def test_linear_with_dynamic_batch():
 
 
 def test_matmul_with_dynamic_contraction():
-    assert_one_bucket(run_sizes(lambda a, b: a @ b, lambda n: (torch.randn(3, n), torch.randn(n, 28))))
+    assert_one_bucket(run_sizes(lambda a, b: a @ b, lambda n: (torch.randn(38, n), torch.randn(n, 28))))
 
 
 def test_bmm_with_dynamic_rows():
