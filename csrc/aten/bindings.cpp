@@ -179,6 +179,7 @@ py::dict Stats() {
   d["dynamic_executables"] = dyn.executables;
   d["dynamic_hits"] = dyn.hits;
   d["dynamic_exact_fallbacks"] = dyn.exact_fallbacks;
+  d["compiles_by_op"] = dyn.compiles_by_op;
   return d;
 }
 

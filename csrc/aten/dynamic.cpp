@@ -366,7 +366,9 @@ DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const 
     dc.out_bucket.push_back(big);
   }
   std::string text = BuildDynamicModule(call, lay, bucket_specs, dc);
+  int64_t compiles = GetRuntime().stats().compiles;
   dc.exe = GetRuntime().GetOrCompile(key, call.plan.device, [&] { return text; });
+  if (GetRuntime().stats().compiles != compiles) CountCompile(call.desc->name);
   ++Counters().executables;
   return &(State().executables[key] = std::move(dc));
 }
@@ -443,6 +445,7 @@ std::vector<c10::IValue> LaunchDynamic(const Call& call, const DynamicCompiled& 
 DynamicMode GetDynamicMode() { return ModeRef(); }
 void SetDynamicMode(const std::string& mode) { ModeRef() = ParseMode(mode); }
 DynamicCounters DynamicStats() { return Counters(); }
+void CountCompile(const std::string& op) { ++Counters().compiles_by_op[op]; }
 void ForgetDynamicSizes() { State().signatures.clear(); }
 
 const std::vector<OutputSpec>* DynamicSpecs(const std::string& key) {

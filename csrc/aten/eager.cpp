@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "aten/call.h"
+#include "aten/dynamic.h"
 
 namespace torch_tpu::aten {
 
@@ -65,8 +66,10 @@ const Compiled& CompiledFor(const Call& call, Compiled* hit) {
     return *hit;
   }
   std::vector<std::string> checks;
+  int64_t compiles = rt.stats().compiles;
   auto exe = rt.GetOrCompile(call.plan.key, call.plan.device,
                              [&] { return BuildModule(call, &checks); });
+  if (rt.stats().compiles != compiles) CountCompile(call.desc->name);  // dynamic.h
   return Executables()[call.plan.key] = Compiled{exe, call.cached, checks};
 }
 

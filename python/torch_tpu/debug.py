@@ -15,7 +15,8 @@ def stats() -> dict[str, Any]:
     transfers_to_device, transfers_to_host, cache_size; bounded dynamic shapes
     (torch_tpu.dynamic): dynamic_executables (compiled), dynamic_hits (calls
     that reused one), dynamic_exact_fallbacks (signatures XLA could not pad,
-    back to exact shapes).
+    back to exact shapes); compiles_by_op (op name -> strict-eager compiles,
+    exact-shape and dynamic: which ops still recompile for new shapes).
     """
     return dict(_C._stats())
 

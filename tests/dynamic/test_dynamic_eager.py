@@ -145,3 +145,12 @@ def test_storages_and_views_keep_pytorch_semantics():
 def test_bad_mode_is_a_clear_error():
     with pytest.raises(ValueError, match="mode must be"):
         dynamic.set_mode("sometimes")
+
+
+def test_compiles_by_op_names_what_recompiles():
+    s = run_sizes(lambda x: torch.exp(x) + x, lambda n: (torch.randn(n, 35),), sizes=(5, 6, 7))
+    # exp and add.Tensor: one static and one dynamic executable each.
+    assert s["compiles_by_op"] == {"exp": 2, "add.Tensor": 2}, s["compiles_by_op"]
+    with dynamic.dynamic_shapes("0"):
+        s = run_sizes(torch.exp, lambda n: (torch.randn(n, 36),), sizes=(5, 6, 7))
+    assert s["compiles_by_op"] == {"exp": 3}, s["compiles_by_op"]
