@@ -10,7 +10,10 @@ printed at the end of the session (tests/ops/conftest.py).
 Tolerances: float32 rtol=1e-5, atol=1e-5 (XLA may reorder sums and uses
 its own transcendental approximations); bfloat16 rtol=1.6e-2, atol=1e-2
 (about one bf16 ulp after an f32 computation); integers and bools exact.
-A few ops get wider tolerances in TOLERANCES, with the reason.
+A few ops get wider tolerances in TOLERANCES, with the reason. A float sample
+outside the tolerance still passes when tpu is the more accurate of the two
+against the float64 result (closer_to_exact): CPU's own error depends on the
+host's CPU (its BLAS blocking, its bf16 kernels' intermediate rounding).
 
 Regressions fail: EXPECTED lists the (op, dtype) pairs whose samples all
 pass; for them a wrong result, an exception, or a CPU fallback (when the
@@ -424,6 +427,46 @@ def _compare(op_id: str, dname: str, actual: Any, expected: Any) -> None:
             assert a == e, f"{a!r} != {e!r}"
 
 
+def _in_float64(x: Any) -> Any:
+    return x.detach().double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+
+def closer_to_exact(actual: Any, expected: Any, exact: Any) -> bool:
+    """True when tpu's result, where it differs from CPU's by more than the
+    tolerance, is the more accurate of the two: against the float64 result
+    its total error is no larger than CPU's and its worst error at most CPU's
+    worst plus one atol. A low-precision CPU kernel that rounds partial sums
+    (bf16 convolutions, a matmul blocked by the host's BLAS) is itself off by
+    ulps that depend on the host's CPU; XLA rounds once."""
+    a_leaves, e_leaves = pytree.tree_leaves(actual), pytree.tree_leaves(expected)
+    x_leaves = pytree.tree_leaves(exact)
+    if not len(a_leaves) == len(e_leaves) == len(x_leaves):
+        return False
+    for a, e, x in zip(a_leaves, e_leaves, x_leaves):
+        if not (isinstance(e, torch.Tensor) and e.is_floating_point()):
+            continue
+        if a.shape != e.shape or not torch.equal(a.isnan(), x.isnan()) or not torch.equal(e.isnan(), x.isnan()):
+            return False
+        finite = x.isfinite()
+        if not torch.equal(a.double()[~finite].nan_to_num(), x[~finite].nan_to_num()):
+            return False
+        err_a = (a.double() - x)[finite].abs()
+        err_e = (e.double() - x)[finite].abs()
+        atol = _tolerance("", "bfloat16" if e.dtype == torch.bfloat16 else "float32", e.dtype)["atol"]
+        if err_a.numel() and (err_a.sum() > err_e.sum() or err_a.max() > err_e.max() + atol):
+            return False
+    return True
+
+
+def float64_result(op: Any, sample: Any) -> Any:
+    """The op on the sample's float tensors cast to float64 (CPU), or None."""
+    s = sample.transform(_in_float64)
+    try:
+        return pytree.tree_map(_in_float64, _as_tree(op(s.input, *s.args, **s.kwargs)))
+    except Exception:
+        return None
+
+
 def _as_tree(r: Any) -> Any:
     # torch.return_types structseqs -> plain tuples, for assert_close.
     if isinstance(r, tuple) and type(r) is not tuple:
@@ -497,8 +540,10 @@ def test_opinfo(op: Any, dname: str, opinfo_results: dict) -> None:
         try:
             _compare(op_id, dname, actual, _as_tree(expected))
         except AssertionError as e:
-            row["failed"].append(f"sample {i} ({sample}): {str(e)[:600]}")
-            continue
+            exact = float64_result(op, sample) if dtype.is_floating_point else None
+            if exact is None or not closer_to_exact(actual, _as_tree(expected), exact):
+                row["failed"].append(f"sample {i} ({sample}): {str(e)[:600]}")
+                continue
         row["passed"] += 1
 
     verdict(row, EXPECTED.get((op_id, dname)), f"{op_id} {dname}", "EXPECTED")
