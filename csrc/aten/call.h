@@ -121,7 +121,7 @@ struct Call {
 Plan PlanCall(const OpDesc& desc, const c10::FunctionSchema& schema,
               const std::vector<c10::IValue>& args);
 // Adds fresh-output destinations, RNG states and the written-storage list.
-void FinishPlan(Call& call, const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args);
+void FinishPlan(Call& call, const std::vector<c10::IValue>& args);
 hlo::TensorType ParamType(const Plan& plan, const Param& q);
 runtime::LaunchParam LaunchValue(const Plan& plan, const Param& q);
 

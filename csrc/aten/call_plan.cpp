@@ -401,7 +401,7 @@ std::vector<Arg> AbstractArgs(const Plan& plan) {
   return out;
 }
 
-void FinishPlan(Call& call, const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+void FinishPlan(Call& call, const std::vector<c10::IValue>& args) {
   Plan& plan = call.plan;
   const OpDesc& desc = *call.desc;
   if (desc.variant == Variant::Functional) {
@@ -434,7 +434,6 @@ void FinishPlan(Call& call, const c10::FunctionSchema& schema, const std::vector
     if (d.tensor.defined() &&
         std::find(call.written.begin(), call.written.end(), d.storage) == call.written.end())
       call.written.push_back(d.storage);
-  (void)schema;
 }
 
 TensorType ParamType(const Plan& plan, const Param& q) {

@@ -119,7 +119,7 @@ std::vector<c10::IValue> RunCall(const OpDesc& desc, const c10::OperatorHandle& 
   Compiled* hit = found != cache.end() ? &found->second : nullptr;
   const std::vector<OutputSpec>* cached = hit ? &hit->outputs : DynamicSpecs(call.plan.key);
   if (!ComputeOutputs(call, op, args, cached)) return RunCall(desc, op, args);  // out= resized
-  FinishPlan(call, op.schema(), args);
+  FinishPlan(call, args);
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, call.plan.device));
   // Bounded dynamic shapes (dynamic.cpp): a new size of a known signature.
   if (!Recording() && !(hit && hit->exe))

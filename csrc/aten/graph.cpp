@@ -72,13 +72,12 @@ Value Graph::ScalarParam(double number, int64_t integer, ElementType category, E
   return b_.Parameter(TensorType{slot.value.dtype, {}});
 }
 
-Arg Graph::GeneratorArg(uint64_t draws) {
+Arg Graph::GeneratorArg() {
   Arg a;
   a.kind = Arg::Kind::Generator;
   a.tensor = b_.Parameter(TensorType{ElementType::U64, {2}});
   ParamSlot slot;
   slot.kind = ParamSlot::Kind::Rng;
-  slot.rng_increment = draws;
   params_.push_back(slot);
   return a;
 }
@@ -91,8 +90,7 @@ ElementType Graph::FloatType(const std::vector<GraphArg>& args) const {
   return ElementType::F32;
 }
 
-Arg Graph::RuleArg(const lowering::RuleEntry& entry, const GraphArg& g, ElementType float_t,
-                   int64_t draws) {
+Arg Graph::RuleArg(const lowering::RuleEntry& entry, const GraphArg& g, ElementType float_t) {
   using K = GraphArg::Kind;
   Arg a;
   switch (g.kind) {
@@ -143,7 +141,7 @@ Arg Graph::RuleArg(const lowering::RuleEntry& entry, const GraphArg& g, ElementT
       a.dtype = ToElementType(g.dtype, entry.name.c_str());
       break;
     case K::Generator:
-      a = GeneratorArg(static_cast<uint64_t>(draws));
+      a = GeneratorArg();
       break;
   }
   return a;
@@ -163,10 +161,10 @@ std::vector<int> Graph::AddOp(const std::string& op, const std::vector<GraphArg>
   bool has_generator = false;
   const size_t first_param = params_.size();
   for (const GraphArg& g : args) {
-    rule_args.push_back(RuleArg(*entry, g, float_t, 0));
+    rule_args.push_back(RuleArg(*entry, g, float_t));
     has_generator |= g.kind == GraphArg::Kind::Generator;
   }
-  if (entry->random() && !has_generator) rule_args.push_back(GeneratorArg(0));
+  if (entry->random() && !has_generator) rule_args.push_back(GeneratorArg());
   // Values drawn per run, counted as eager counts them.
   uint64_t draws = entry->random() ? entry->draws(rule_args, ctx.outputs)
                                    : lowering::DrawPerOutputElement(rule_args, ctx.outputs);

@@ -105,8 +105,10 @@ class Graph {
   hlo::Value ScalarParam(double number, int64_t integer, hlo::ElementType category,
                          hlo::ElementType float_t);
   lowering::Arg RuleArg(const lowering::RuleEntry& entry, const GraphArg& g,
-                        hlo::ElementType float_t, int64_t draws);
-  lowering::Arg GeneratorArg(uint64_t draws);
+                        hlo::ElementType float_t);
+  // The generator state parameter; its per-run increment is set once the
+  // op's draws are known (AddOp).
+  lowering::Arg GeneratorArg();
   hlo::ElementType FloatType(const std::vector<GraphArg>& args) const;
   hlo::Value OutputValue(hlo::Value v, Output* o);
   void AddMutations(const std::vector<std::pair<int, int>>& mutations, std::vector<hlo::Value>* outs);
