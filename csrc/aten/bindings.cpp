@@ -9,6 +9,7 @@
 #include "aten/dynamic.h"
 #include "aten/graph.h"
 #include "aten/profiler.h"
+#include "runtime/launcher.h"
 
 namespace {
 
@@ -256,6 +257,9 @@ PYBIND11_MODULE(_C, m) {
     }
   });
   m.def("_reset_stats", [] { GetRuntime().ResetStats(); });
+  m.def("_launch_floor", [](py::function op, int n) {
+    return torch_tpu::runtime::LaunchFloorSeconds(GetRuntime(), [&] { op(); }, n);
+  });
   m.def("_clear_cache", [] { GetRuntime().ClearCache(); });
   m.def("_set_launch_blocking", [](bool v) { GetRuntime().set_launch_blocking(v); });
   m.def("_memory", [](int d) {

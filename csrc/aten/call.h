@@ -113,7 +113,11 @@ struct Call {
   Plan plan;
   std::vector<OutputSpec> specs;       // the rule's outputs (defined ones), then mutated tensors
   std::vector<bool> undefined_outputs;  // per meta output (functional ops)
-  std::vector<OutputSpec> cached;      // what the output cache keeps for this key
+  // What the output cache keeps for this key: the specs it already had (not
+  // copied per call) or, on a miss, the ones computed for this call.
+  const std::vector<OutputSpec>* cached_specs = nullptr;
+  std::vector<OutputSpec> computed_specs;
+  const std::vector<OutputSpec>& cached() const { return cached_specs ? *cached_specs : computed_specs; }
   std::vector<size_t> written;         // storages written, in result order
 };
 

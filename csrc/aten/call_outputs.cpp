@@ -121,8 +121,9 @@ bool ComputeOutputs(Call& call, const c10::OperatorHandle& op, const std::vector
   Plan& plan = call.plan;
   const OpDesc& desc = *call.desc;
   if (desc.variant == Variant::InPlace) {
-    call.specs = cached ? *cached : InPlaceFresh(call, op, args);
-    call.cached = call.specs;
+    call.cached_specs = cached;
+    if (!cached) call.computed_specs = InPlaceFresh(call, op, args);
+    call.specs = call.cached();
     std::vector<Dest> fresh(call.specs.size());
     for (size_t j = 0; j < call.specs.size(); ++j)
       fresh[j].dtype = ToElementType(call.specs[j].dtype, desc.name.c_str());
@@ -130,8 +131,9 @@ bool ComputeOutputs(Call& call, const c10::OperatorHandle& op, const std::vector
     for (const at::Tensor& t : plan.dest_tensors)
       call.specs.push_back({t.sizes().vec(), t.strides().vec(), t.scalar_type()});
   } else {
-    call.specs = cached ? *cached : Fresh(call, op, args);
-    call.cached = call.specs;
+    call.cached_specs = cached;
+    if (!cached) call.computed_specs = Fresh(call, op, args);
+    call.specs = call.cached();
     // Undefined outputs: remembered for the results, invisible to the rule.
     for (const auto& s : call.specs) call.undefined_outputs.push_back(!s.defined);
     call.specs.erase(std::remove_if(call.specs.begin(), call.specs.end(),

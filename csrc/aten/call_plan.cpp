@@ -71,7 +71,7 @@ int AddTensor(Plan& p, const at::Tensor& t, const std::string& op) {
   size_t span_begin = p.key.size();
   in.geometry.AppendKey(&p.key);
   p.geometry_spans.emplace_back(span_begin, p.key.size());  // dynamic.cpp's signatures
-  p.inputs.push_back(in);
+  p.inputs.push_back(std::move(in));
   return static_cast<int>(p.inputs.size()) - 1;
 }
 
@@ -362,6 +362,12 @@ Plan PlanCall(const OpDesc& desc, const c10::FunctionSchema& schema,
   plan.key = desc.name;
   plan.key += '|';
   plan.is_out.assign(args.size() + 1, false);
+  plan.args.reserve(args.size() + 1);  // one more: a rule's own generator
+  plan.params.reserve(args.size() + 1);
+  plan.inputs.reserve(args.size());
+  plan.geometry_spans.reserve(args.size());
+  plan.storages.reserve(args.size());
+  plan.storage_param.reserve(args.size());
   for (size_t i : desc.out_args) plan.is_out[i] = true;
   for (size_t i = 0; i < args.size(); ++i) {
     if (plan.is_out[i]) {
@@ -405,6 +411,7 @@ void FinishPlan(Call& call, const std::vector<c10::IValue>& args) {
   Plan& plan = call.plan;
   const OpDesc& desc = *call.desc;
   if (desc.variant == Variant::Functional) {
+    plan.dests.reserve(call.specs.size());
     for (const auto& spec : call.specs) {
       Dest d;
       d.dtype = ToElementType(spec.dtype, desc.name.c_str());

@@ -489,7 +489,7 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
       return std::nullopt;
     }
   }
-  state.specs[call.plan.key] = call.cached;
+  state.specs[call.plan.key] = call.cached();
   return LaunchDynamic(call, *dc, lay);
 }
 

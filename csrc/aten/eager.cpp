@@ -70,7 +70,7 @@ const Compiled& CompiledFor(const Call& call, Compiled* hit) {
   auto exe = rt.GetOrCompile(call.plan.key, call.plan.device,
                              [&] { return BuildModule(call, &checks); });
   if (rt.stats().compiles != compiles) CountCompile(call.desc->name);  // dynamic.h
-  return Executables()[call.plan.key] = Compiled{exe, call.cached, checks};
+  return Executables()[call.plan.key] = Compiled{exe, call.cached(), checks};
 }
 
 // Launches the call's executable: storages written take its first results,
@@ -83,6 +83,8 @@ std::vector<c10::IValue> LaunchCall(const Call& call, Compiled* hit) {
   launch.device = plan.device;
   launch.op = &call.desc->name;
   launch.checks = &compiled.checks;
+  launch.params.reserve(plan.params.size());
+  launch.results.reserve(call.written.size() + call.specs.size());
   for (const Param& q : plan.params) {
     launch.params.push_back(LaunchValue(plan, q));
     if (q.kind == Param::Kind::Storage)
@@ -125,7 +127,7 @@ std::vector<c10::IValue> RunCall(const OpDesc& desc, const c10::OperatorHandle& 
   if (!Recording() && !(hit && hit->exe))
     if (auto results = RunDynamic(call, op, args)) return std::move(*results);
   if (Recording()) {
-    if (!cached) cache[call.plan.key] = Compiled{nullptr, call.cached, {}};
+    if (!cached) cache[call.plan.key] = Compiled{nullptr, call.cached(), {}};
     return RecordCall(call);
   }
   return LaunchCall(call, hit);

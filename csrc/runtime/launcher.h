@@ -5,6 +5,7 @@
 // storages that take the results.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -54,5 +55,11 @@ struct Launch {
 
 // Runs `launch`; returns the results that no storage took.
 std::vector<pjrt::BufferPtr> Run(Runtime& rt, const Launch& launch);
+
+// The launch floor (benchmarks/op_overhead.py): `op` (one eager op) runs with
+// its launch kept; the kept launch then runs `n` more times as the runtime
+// alone: parameter uploads and PJRT execute, outputs dropped, nothing
+// donated; no dispatcher, no planning. Returns seconds per replayed launch.
+double LaunchFloorSeconds(Runtime& rt, const std::function<void()>& op, int n);
 
 }  // namespace torch_tpu::runtime
