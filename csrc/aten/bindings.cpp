@@ -248,6 +248,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_stats", &Stats);
   m.def("_set_dynamic_shapes", &torch_tpu::aten::SetDynamicMode);
   m.def("_forget_dynamic_sizes", &torch_tpu::aten::ForgetDynamicSizes);
+  m.def("_mark_dims", &torch_tpu::aten::MarkDims);
+  m.def("_dim_hints", &torch_tpu::aten::DimHintsOf);
   m.def("_dynamic_shapes", [] {
     switch (torch_tpu::aten::GetDynamicMode()) {
       case torch_tpu::aten::DynamicMode::Auto: return std::string("auto");
