@@ -180,6 +180,7 @@ py::dict Stats() {
   d["dynamic_hits"] = dyn.hits;
   d["dynamic_exact_fallbacks"] = dyn.exact_fallbacks;
   d["compiles_by_op"] = dyn.compiles_by_op;
+  d["dynamic_compiles_by_op"] = dyn.dynamic_compiles_by_op;
   return d;
 }
 

@@ -452,7 +452,7 @@ DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const 
   std::string text = BuildDynamicModule(call, lay, bucket_specs, dc);
   int64_t compiles = GetRuntime().stats().compiles;
   dc.exe = GetRuntime().GetOrCompile(key, call.plan.device, [&] { return text; });
-  if (GetRuntime().stats().compiles != compiles) CountCompile(call.desc->name);
+  if (GetRuntime().stats().compiles != compiles) CountCompile(call.desc->name, true);
   ++Counters().executables;
   return &(State().executables[key] = std::move(dc));
 }
@@ -564,7 +564,11 @@ std::vector<std::string> DimHintsOf(const at::Tensor& t) {
   return out;
 }
 DynamicCounters DynamicStats() { return Counters(); }
-void CountCompile(const std::string& op) { ++Counters().compiles_by_op[op]; }
+void CountCompile(const std::string& op, bool dynamic) {
+  DynamicCounters& c = Counters();
+  ++c.compiles_by_op[op];
+  if (dynamic) ++c.dynamic_compiles_by_op[op];
+}
 void ForgetDynamicSizes() { State().signatures.clear(); }
 
 const std::vector<OutputSpec>* DynamicSpecs(const std::string& key) {

@@ -20,10 +20,12 @@ struct DynamicCounters {
   // Strict-eager compiles per op (exact-shape and dynamic): the ops that
   // still recompile for new shapes.
   std::map<std::string, int64_t> compiles_by_op;
+  // Of those, the bounded-dynamic ones (one per size bucket, not per shape).
+  std::map<std::string, int64_t> dynamic_compiles_by_op;
 };
 
-// Counts one strict-eager compile of `op`.
-void CountCompile(const std::string& op);
+// Counts one strict-eager compile of `op` (`dynamic`: a bounded-dynamic one).
+void CountCompile(const std::string& op, bool dynamic = false);
 
 // Whether a call can run dynamic at all: the mode is not 0, or some tensor
 // carries a mark_dynamic / mark_static hint. PlanCall records each input's
