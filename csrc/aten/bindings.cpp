@@ -6,6 +6,7 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/extension.h>
 
+#include "aten/compile_log.h"
 #include "aten/dynamic.h"
 #include "aten/graph.h"
 #include "aten/profiler.h"
@@ -190,6 +191,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_tpu native core";
   RegisterGraphBindings(m);
   torch_tpu::aten::RegisterProfilerBindings(m.ptr());  // aten/profiler.h
+  torch_tpu::aten::RegisterCompileLogBindings(m.ptr());  // aten/compile_log.h
   torch_tpu::aten::RegisterDistributedBindings(m.ptr());
   torch_tpu::aten::RegisterCustomModuleBindings(m.ptr());
   m.def("_register", &torch_tpu::aten::RegisterDevice);

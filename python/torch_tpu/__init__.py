@@ -92,6 +92,9 @@ _setup()
 from . import debug  # noqa: E402
 from . import dynamic  # noqa: E402,F401  (bounded dynamic shapes: mode, set_mode)
 from .dynamic import mark_dynamic, mark_static  # noqa: E402,F401
+from . import compile_log as _compile_log  # noqa: E402
+
+_compile_log.install()  # one warning per slow burst of compiles (compile_log.py)
 from . import compile  # noqa: E402,F401  (torch.compile backend "tpu", registered lazily)
 from . import hf as _hf  # noqa: E402,F401  (Hugging Face import hooks; imports no HF library)
 from . import distributed as _distributed  # noqa: E402
