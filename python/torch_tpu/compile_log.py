@@ -19,7 +19,7 @@ def message(count: int, seconds: float) -> str:
     """The line for a burst of `count` compiles that took `seconds`."""
     disk = _C._stats()["disk_cache_dir"]
     cache = f"disk cache on ({disk}): a new process loads them" if disk else \
-        "disk cache off: a new process compiles them again (TORCH_TPU_CACHE_DIR)"
+        "disk cache off (TORCH_TPU_CACHE_DIR): a new process compiles them again"
     mode = _C._dynamic_shapes()
     if mode == "0":
         shapes = "each new input shape compiles again; TORCH_TPU_DYNAMIC_SHAPES=auto lets new sizes reuse " \

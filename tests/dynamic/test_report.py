@@ -22,8 +22,8 @@ def test_report_names_the_ops_that_recompile_per_shape():
         for n in (5, 6, 7):
             torch.exp(torch.randn(n, 51).to("tpu")).cpu()
         torch.tanh(torch.randn(5, 51).to("tpu")).cpu()
-    out = io.StringIO()
-    r = debug.report(file=out)
+        out = io.StringIO()
+        r = debug.report(file=out)
     assert r["recompiling_ops"] == {"exp": 3}, r["recompiling_ops"]
     assert r["compiles_by_op"]["tanh"] == 1
     assert r["text"] == out.getvalue().rstrip("\n") == str(r)
