@@ -171,6 +171,7 @@ struct DynamicState {
   std::unordered_map<std::string, SignatureState> signatures;
   std::unordered_map<std::string, DynamicCompiled> executables;
   std::unordered_map<std::string, std::vector<OutputSpec>> specs;  // exact key -> real specs
+  std::unordered_set<std::string> failed;  // dynamic keys of hinted layouts XLA or meta refused
   DynamicCounters counters;
   int64_t generation = -1;
 };
@@ -290,6 +291,36 @@ std::vector<std::vector<int64_t>> BucketSizes(const Plan& plan, const std::vecto
   return out;
 }
 
+struct DynamicLayout {
+  std::vector<std::vector<bool>> in_dynamic;
+  std::vector<std::vector<int64_t>> in_bucket;
+  std::vector<int64_t> capacity;  // per storage, -1: passed as it is
+  bool hinted = false;   // some input dim is dynamic by a mark_dynamic hint
+  bool bounded = false;  // ... with a max
+};
+
+// A hint makes one tensor's dim dynamic; the same size in the other whole
+// inputs (a broadcast partner, mm's contraction) must follow at the same
+// bound, or the op's shapes disagree at the bucket. Those dims turn dynamic
+// too (a coincidentally equal size is padded and masked: still exact).
+void UnifyHintedSizes(const Plan& plan, const CallHints& hints, DynamicLayout* lay) {
+  std::map<int64_t, int64_t> bound;  // hinted size -> its bucket
+  for (size_t i = 0; i < hints.size(); ++i)
+    for (size_t d = 0; d < hints[i].size(); ++d)
+      if (hints[i][d] && hints[i][d]->dynamic && lay->in_dynamic[i][d])
+        bound.emplace(plan.inputs[i].geometry.sizes[d], lay->in_bucket[i][d]);
+  for (size_t i = 0; i < plan.inputs.size(); ++i) {
+    if (!plan.inputs[i].geometry.whole) continue;
+    const auto& sizes = plan.inputs[i].geometry.sizes;
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      auto b = bound.find(sizes[d]);
+      if (b == bound.end() || lay->in_dynamic[i][d] || (hints[i][d] && !hints[i][d]->dynamic)) continue;
+      lay->in_dynamic[i][d] = true;
+      lay->in_bucket[i][d] = b->second;
+    }
+  }
+}
+
 int64_t Numel(const std::vector<int64_t>& s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;
@@ -381,13 +412,6 @@ Value ReadDynamic(hlo::Builder& b, Value storage, const std::vector<int64_t>& bu
   return v;
 }
 
-struct DynamicLayout {
-  std::vector<std::vector<bool>> in_dynamic;
-  std::vector<std::vector<int64_t>> in_bucket;
-  std::vector<int64_t> capacity;  // per storage, -1: passed as it is
-  bool hinted = false;   // some input dim is dynamic by a mark_dynamic hint
-  bool bounded = false;  // ... with a max
-};
 
 std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
                                const std::vector<OutputSpec>& bucket_specs,
@@ -599,8 +623,10 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
         lay.bounded |= hints[i][d]->max > 0;
       }
   lay.in_bucket = BucketSizes(call.plan, lay.in_dynamic, hints);
+  if (lay.hinted) UnifyHintedSizes(call.plan, hints, &lay);
   if (!PaddedStorages(call.plan, lay.in_dynamic, lay.in_bucket, &lay.capacity)) return std::nullopt;
   std::string key = DynamicKey(sig, call.plan, lay.in_dynamic, lay.in_bucket);
+  if (state.failed.count(key)) return std::nullopt;
   DynamicCompiled* dc = nullptr;
   auto found = state.executables.find(key);
   if (found != state.executables.end()) {
@@ -614,9 +640,12 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
       dc = nullptr;
     } catch (const pjrt::Error&) {
       dc = nullptr;  // XLA cannot pad this module: exact shapes for the signature
+    } catch (const c10::Error&) {
+      dc = nullptr;  // the meta kernel refuses the bucket's sizes
     }
     if (!dc) {
-      st.exact_only = true;
+      // A hint's layout failing leaves the signature's automatic policy alone.
+      if (lay.hinted) state.failed.insert(key); else st.exact_only = true;
       ++Counters().exact_fallbacks;
       return std::nullopt;
     }

@@ -84,6 +84,15 @@ def test_the_hint_follows_through_a_chain_of_dynamic_ops():
     assert dynamic.dim_hints(y) == ["dynamic", ""]
 
 
+def test_an_unmarked_partner_of_the_same_size_follows_the_hint():
+    # x is marked, y (a fresh tensor of the same shape) is not: add's shapes
+    # must agree at the bound, so y's dim follows x's (one executable).
+    with dynamic.dynamic_shapes("0"):
+        s = run_marked(torch.add, lambda n: (torch.randn(2, n, 49), torch.randn(2, n, 49)), (33, 35, 40),
+                       lambda d: torch_tpu.mark_dynamic(d[0], 1, 2, 64))
+    assert s["compiles"] == 1 and s["dynamic_hits"] == 2, s
+
+
 def _marked(x):
     d = x.to("tpu")
     torch_tpu.mark_dynamic(d, 0)
