@@ -7,7 +7,9 @@ The workload is a strict-eager MLP block over a (batch, seq, hidden) tensor
 (linear, gelu, linear, residual add, softmax, mean): warmed with sequence
 lengths 33 and 34 (under auto the first compiles static, the second the
 bucket of sizes 33..36), then timed at new lengths inside that bucket, and at
-one past it (the next bucket: 37..40).
+one past it (the next bucket: 37..40). Mode "0+mark": exact shapes, but the
+input marked torch_tpu.mark_dynamic(x, 1, 2, 64): every length up to 64 runs
+on one executable per op, from the first call.
 
 A second scenario: a tiny 2-layer Llama (hidden 64, random weights, no hub)
 greedy-generating 8 tokens (DynamicCache) from prompts of new lengths after
@@ -50,11 +52,16 @@ def child():
     w1, w2 = torch.randn(4 * HIDDEN, HIDDEN) / 8, torch.randn(HIDDEN, 4 * HIDDEN) / 16
     dw1, dw2 = w1.to("tpu"), w2.to("tpu")
 
+    mark = os.environ.get("NEW_SHAPES_MARK") == "1"
+
     def tpu_call(n):
         x = torch.randn(BATCH, n, HIDDEN)
         debug.reset_stats()
         t = time.perf_counter()
-        out = block(x.to("tpu"), dw1, dw2).cpu()
+        dx = x.to("tpu")
+        if mark:  # one executable per op for every length up to 64
+            torch_tpu.mark_dynamic(dx, 1, 2, 64)
+        out = block(dx, dw1, dw2).cpu()
         dt = time.perf_counter() - t
         s = debug.stats()
         err = (out - block(x, w1, w2)).abs().max().item()
@@ -124,7 +131,8 @@ def child_llama():
 
 
 def run_child(mode, scenario):
-    env = dict(os.environ, TORCH_TPU_DYNAMIC_SHAPES=mode, TORCH_TPU_CACHE_DIR=tempfile.mkdtemp(prefix="new_shapes_"))
+    env = dict(os.environ, TORCH_TPU_DYNAMIC_SHAPES=mode.split("+")[0], NEW_SHAPES_MARK=str(int("+mark" in mode)),
+               TORCH_TPU_CACHE_DIR=tempfile.mkdtemp(prefix="new_shapes_"))
     out = subprocess.run([sys.executable, __file__, scenario], env=env, capture_output=True,
                          text=True, check=True).stdout.strip().splitlines()[-1]
     return json.loads(out)
@@ -136,10 +144,10 @@ def main():
     if "--child-llama" in sys.argv:
         return child_llama()
     print(f"MLP block, batch {BATCH}, hidden {HIDDEN}; warmed at seq {WARM}; new sizes {NEW}, past {PAST}")
-    print(f"{'mode':>5} {'seq':>4} {'compiles':>8} {'first s':>8} {'cpu s':>8} {'ratio':>7} {'warm s':>8} {'max err':>8}")
-    for mode in ("0", "auto"):
+    print(f"{'mode':>6} {'seq':>4} {'compiles':>8} {'first s':>8} {'cpu s':>8} {'ratio':>7} {'warm s':>8} {'max err':>8}")
+    for mode in ("0", "auto", "0+mark"):
         for r in run_child(mode, "--child"):
-            print(f"{mode:>5} {r['n']:>4} {r['compiles']:>8} {r['seconds']:>8.4f} {r['cpu_seconds']:>8.4f} "
+            print(f"{mode:>6} {r['n']:>4} {r['compiles']:>8} {r['seconds']:>8.4f} {r['cpu_seconds']:>8.4f} "
                   f"{r['seconds'] / r['cpu_seconds']:>6.1f}x {r['warm_seconds']:>8.4f} {r['max_err']:>8.1e}")
     print(f"\ntiny Llama (2 layers, hidden 64) generate 8 tokens; warmed at prompt lengths {LLAMA_WARM}")
     print(f"{'mode':>5} {'len':>4} {'compiles':>8} {'first s':>8} {'cpu s':>8} {'ratio':>7} {'tokens':>8}")
