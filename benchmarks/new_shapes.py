@@ -7,7 +7,15 @@ The workload is a strict-eager MLP block over a (batch, seq, hidden) tensor
 (linear, gelu, linear, residual add, softmax, mean): warmed with sequence
 lengths 33 and 34 (under auto the first compiles static, the second the
 bucket of sizes 33..36), then timed at new lengths inside that bucket, and at
-one past it (the next bucket: 37..40).
+one past it (the next bucket: 37..40). Mode "0+mark": exact shapes, but the
+input marked torch_tpu.mark_dynamic(x, 1, 2, 64): every length up to 64 runs
+on one executable per op, from the first call.
+
+A second scenario: a tiny 2-layer Llama (hidden 64, random weights, no hub)
+greedy-generating 8 tokens (DynamicCache) from prompts of new lengths after
+warm-up prompts of lengths 9 and 10: compiles and wall time of each new
+prompt length, CPU eager's time for the same generate(), and whether the
+tokens equal CPU's.
 
     PYTHONPATH=python python3 benchmarks/new_shapes.py
 
@@ -44,11 +52,16 @@ def child():
     w1, w2 = torch.randn(4 * HIDDEN, HIDDEN) / 8, torch.randn(HIDDEN, 4 * HIDDEN) / 16
     dw1, dw2 = w1.to("tpu"), w2.to("tpu")
 
+    mark = os.environ.get("NEW_SHAPES_MARK") == "1"
+
     def tpu_call(n):
         x = torch.randn(BATCH, n, HIDDEN)
         debug.reset_stats()
         t = time.perf_counter()
-        out = block(x.to("tpu"), dw1, dw2).cpu()
+        dx = x.to("tpu")
+        if mark:  # one executable per op for every length up to 64
+            torch_tpu.mark_dynamic(dx, 1, 2, 64)
+        out = block(dx, dw1, dw2).cpu()
         dt = time.perf_counter() - t
         s = debug.stats()
         err = (out - block(x, w1, w2)).abs().max().item()
@@ -75,19 +88,73 @@ def child():
     print(json.dumps(rows))
 
 
+LLAMA_WARM = (9, 10)
+LLAMA_NEW = (11, 13, 14)
+
+
+def child_llama():
+    import torch
+    import transformers as tf
+    import torch_tpu  # noqa: F401
+    from torch_tpu import debug
+    torch.set_num_threads(int(os.environ.get("NEW_SHAPES_CPU_THREADS", "1")))
+    torch.manual_seed(0)
+    cfg = tf.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    cpu = tf.LlamaForCausalLM(cfg).eval()
+    dev = tf.LlamaForCausalLM(cfg).eval()
+    dev.load_state_dict(cpu.state_dict())
+    dev = dev.to("tpu")
+    for m in (cpu, dev):
+        m.generation_config.eos_token_id = None
+        m.generation_config.pad_token_id = 0
+
+    def gen(model, ids):
+        with torch.no_grad():
+            return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False)
+
+    rows = []
+    for n in LLAMA_WARM + LLAMA_NEW:
+        ids = torch.randint(2, 256, (1, n), generator=torch.Generator().manual_seed(n))
+        t = time.perf_counter()
+        expected = gen(cpu, ids)
+        cpu_s = time.perf_counter() - t
+        debug.reset_stats()
+        t = time.perf_counter()
+        got = gen(dev, ids.to("tpu")).cpu()
+        dt = time.perf_counter() - t
+        s = debug.stats()
+        if n in LLAMA_NEW:
+            rows.append({"n": n, "seconds": dt, "compiles": s["compiles"], "cpu_seconds": cpu_s,
+                         "equal": bool(torch.equal(got, expected))})
+    print(json.dumps(rows))
+
+
+def run_child(mode, scenario):
+    env = dict(os.environ, TORCH_TPU_DYNAMIC_SHAPES=mode.split("+")[0], NEW_SHAPES_MARK=str(int("+mark" in mode)),
+               TORCH_TPU_CACHE_DIR=tempfile.mkdtemp(prefix="new_shapes_"))
+    out = subprocess.run([sys.executable, __file__, scenario], env=env, capture_output=True,
+                         text=True, check=True).stdout.strip().splitlines()[-1]
+    return json.loads(out)
+
+
 def main():
     if "--child" in sys.argv:
         return child()
+    if "--child-llama" in sys.argv:
+        return child_llama()
     print(f"MLP block, batch {BATCH}, hidden {HIDDEN}; warmed at seq {WARM}; new sizes {NEW}, past {PAST}")
-    print(f"{'mode':>5} {'seq':>4} {'compiles':>8} {'first s':>8} {'cpu s':>8} {'ratio':>7} {'warm s':>8} {'max err':>8}")
-    for mode in ("0", "auto"):
-        env = dict(os.environ, TORCH_TPU_DYNAMIC_SHAPES=mode,
-                   TORCH_TPU_CACHE_DIR=tempfile.mkdtemp(prefix="new_shapes_"))
-        out = subprocess.run([sys.executable, __file__, "--child"], env=env, capture_output=True,
-                             text=True, check=True).stdout.strip().splitlines()[-1]
-        for r in json.loads(out):
-            print(f"{mode:>5} {r['n']:>4} {r['compiles']:>8} {r['seconds']:>8.4f} {r['cpu_seconds']:>8.4f} "
+    print(f"{'mode':>6} {'seq':>4} {'compiles':>8} {'first s':>8} {'cpu s':>8} {'ratio':>7} {'warm s':>8} {'max err':>8}")
+    for mode in ("0", "auto", "0+mark"):
+        for r in run_child(mode, "--child"):
+            print(f"{mode:>6} {r['n']:>4} {r['compiles']:>8} {r['seconds']:>8.4f} {r['cpu_seconds']:>8.4f} "
                   f"{r['seconds'] / r['cpu_seconds']:>6.1f}x {r['warm_seconds']:>8.4f} {r['max_err']:>8.1e}")
+    print(f"\ntiny Llama (2 layers, hidden 64) generate 8 tokens; warmed at prompt lengths {LLAMA_WARM}")
+    print(f"{'mode':>5} {'len':>4} {'compiles':>8} {'first s':>8} {'cpu s':>8} {'ratio':>7} {'tokens':>8}")
+    for mode in ("0", "auto"):
+        for r in run_child(mode, "--child-llama"):
+            print(f"{mode:>5} {r['n']:>4} {r['compiles']:>8} {r['seconds']:>8.3f} {r['cpu_seconds']:>8.3f} "
+                  f"{r['seconds'] / r['cpu_seconds']:>6.1f}x {'equal' if r['equal'] else 'DIFFER':>8}")
 
 
 if __name__ == "__main__":

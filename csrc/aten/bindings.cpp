@@ -6,6 +6,7 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/extension.h>
 
+#include "aten/compile_log.h"
 #include "aten/dynamic.h"
 #include "aten/graph.h"
 #include "aten/profiler.h"
@@ -181,6 +182,7 @@ py::dict Stats() {
   d["dynamic_hits"] = dyn.hits;
   d["dynamic_exact_fallbacks"] = dyn.exact_fallbacks;
   d["compiles_by_op"] = dyn.compiles_by_op;
+  d["dynamic_compiles_by_op"] = dyn.dynamic_compiles_by_op;
   return d;
 }
 
@@ -190,6 +192,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_tpu native core";
   RegisterGraphBindings(m);
   torch_tpu::aten::RegisterProfilerBindings(m.ptr());  // aten/profiler.h
+  torch_tpu::aten::RegisterCompileLogBindings(m.ptr());  // aten/compile_log.h
   torch_tpu::aten::RegisterDistributedBindings(m.ptr());
   torch_tpu::aten::RegisterCustomModuleBindings(m.ptr());
   m.def("_register", &torch_tpu::aten::RegisterDevice);
@@ -249,6 +252,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_stats", &Stats);
   m.def("_set_dynamic_shapes", &torch_tpu::aten::SetDynamicMode);
   m.def("_forget_dynamic_sizes", &torch_tpu::aten::ForgetDynamicSizes);
+  m.def("_mark_dims", &torch_tpu::aten::MarkDims);
+  m.def("_dim_hints", &torch_tpu::aten::DimHintsOf);
   m.def("_dynamic_shapes", [] {
     switch (torch_tpu::aten::GetDynamicMode()) {
       case torch_tpu::aten::DynamicMode::Auto: return std::string("auto");

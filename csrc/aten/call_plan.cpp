@@ -4,6 +4,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include "aten/call.h"
+#include "aten/dynamic.h"
 
 namespace torch_tpu::aten {
 
@@ -70,7 +71,8 @@ int AddTensor(Plan& p, const at::Tensor& t, const std::string& op) {
   p.key += hlo::Name(dtype);
   size_t span_begin = p.key.size();
   in.geometry.AppendKey(&p.key);
-  p.geometry_spans.emplace_back(span_begin, p.key.size());  // dynamic.cpp's signatures
+  if (DynamicShapesActive())  // dynamic.h: only dynamic.cpp's signatures read the spans
+    p.geometry_spans.emplace_back(span_begin, p.key.size());
   p.inputs.push_back(std::move(in));
   return static_cast<int>(p.inputs.size()) - 1;
 }

@@ -42,6 +42,13 @@
 // Controls: TORCH_TPU_DYNAMIC_SHAPES=0 (default: exact shapes), auto (the
 // policy above), 1 (every dim of size > 1 dynamic from the first call);
 // torch_tpu.dynamic.set_mode() at run time.
+//
+// Hints (torch_tpu.mark_dynamic / mark_static), in every mode: a marked
+// dynamic dim (size > 1) runs bounded from the first call, at `max` when
+// given and the size fits, else at its bucket; a marked static dim never runs
+// dynamic (nor counts as a second size). The hints live on the TensorImpl
+// (its BackendMeta slot); the results of a call a hint made dynamic carry
+// the hint on the dims that follow it, so a chain of ops stays dynamic.
 #include <algorithm>
 #include <cstdlib>
 #include <unordered_map>
@@ -72,6 +79,43 @@ DynamicMode& ModeRef() {
     return ParseMode(v ? v : "0");
   }();
   return mode;
+}
+
+bool g_any_hints = false;  // some tensor was ever marked
+
+void UpdateActive() { g_dynamic_active = ModeRef() != DynamicMode::Off || g_any_hints; }
+
+// One dim's hint.
+struct DimHint {
+  bool dynamic = false;  // false: static
+  int64_t min = -1, max = -1;  // -1: none
+};
+
+// The hints of one tensor, in its TensorImpl's BackendMeta slot (cloned with
+// the impl's extra meta, e.g. by detach()).
+struct DynamicHints : c10::BackendMeta {
+  std::map<int64_t, DimHint> dims;
+  c10::intrusive_ptr<c10::BackendMeta> clone(const c10::intrusive_ptr<c10::BackendMeta>& ptr) const override {
+    auto copy = c10::make_intrusive<DynamicHints>();
+    copy->dims = static_cast<const DynamicHints*>(ptr.get())->dims;
+    return copy;
+  }
+};
+
+const DynamicHints* HintsOf(const at::Tensor& t) {
+  if (!g_any_hints) return nullptr;
+  return dynamic_cast<const DynamicHints*>(t.unsafeGetTensorImpl()->get_backend_meta());
+}
+
+DynamicHints& MutableHints(const at::Tensor& t) {
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (auto* h = dynamic_cast<DynamicHints*>(impl->get_backend_meta())) return *h;
+  auto h = c10::make_intrusive<DynamicHints>();
+  DynamicHints* raw = h.get();
+  impl->set_backend_meta(std::move(h));
+  g_any_hints = true;
+  UpdateActive();
+  return *raw;
 }
 
 // The op families of the first slice: rules the dynamic padder needs no
@@ -107,6 +151,9 @@ int64_t Bucket(int64_t s) {
 
 // What a signature has seen: the first sizes of each input, and which input
 // dims are dynamic.
+// Per input, per dim, of one call: the hints of its tensor (none: default).
+using CallHints = std::vector<std::vector<std::optional<DimHint>>>;
+
 struct SignatureState {
   std::vector<std::vector<int64_t>> first;
   std::vector<std::vector<bool>> dynamic;
@@ -124,6 +171,7 @@ struct DynamicState {
   std::unordered_map<std::string, SignatureState> signatures;
   std::unordered_map<std::string, DynamicCompiled> executables;
   std::unordered_map<std::string, std::vector<OutputSpec>> specs;  // exact key -> real specs
+  std::unordered_set<std::string> failed;  // dynamic keys of hinted layouts XLA or meta refused
   DynamicCounters counters;
   int64_t generation = -1;
 };
@@ -176,7 +224,10 @@ bool Eligible(const Call& call) {
 
 // Updates the signature with this call's sizes; returns the dynamic dims of
 // each input (all false: run with exact shapes).
-std::vector<std::vector<bool>> Observe(SignatureState& st, const Plan& plan, DynamicMode mode) {
+// Hinted dims: a static hint is never dynamic nor observed, a dynamic one
+// (size > 1) is dynamic from the first call; in mode 0 nothing else is.
+std::vector<std::vector<bool>> Observe(SignatureState& st, const Plan& plan, DynamicMode mode,
+                                       const CallHints& hints) {
   const size_t n = plan.inputs.size();
   if (st.first.empty()) {
     for (const auto& in : plan.inputs) {
@@ -184,28 +235,90 @@ std::vector<std::vector<bool>> Observe(SignatureState& st, const Plan& plan, Dyn
       st.dynamic.emplace_back(in.geometry.sizes.size(), false);
     }
   }
+  std::vector<std::vector<bool>> dyn(n);
   for (size_t i = 0; i < n; ++i) {
     const auto& sizes = plan.inputs[i].geometry.sizes;
-    for (size_t d = 0; d < sizes.size(); ++d)
-      if (sizes[d] > 1 && (mode == DynamicMode::All || sizes[d] != st.first[i][d]))
+    dyn[i].assign(sizes.size(), false);
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      const std::optional<DimHint>& h = hints[i][d];
+      if (h && !h->dynamic) continue;
+      if (mode != DynamicMode::Off && sizes[d] > 1 &&
+          (mode == DynamicMode::All || sizes[d] != st.first[i][d]))
         st.dynamic[i][d] = true;
+      dyn[i][d] = (mode != DynamicMode::Off && st.dynamic[i][d]) || (h && sizes[d] > 1);
+    }
   }
-  return st.dynamic;
+  return dyn;
+}
+
+// The hints of each input's tensor (all empty when no tensor has any).
+CallHints HintsOfCall(const Plan& plan, const std::vector<c10::IValue>& args, bool* any) {
+  CallHints hints(plan.inputs.size());
+  for (size_t i = 0; i < plan.inputs.size(); ++i) hints[i].resize(plan.inputs[i].geometry.sizes.size());
+  *any = false;
+  if (!g_any_hints) return hints;
+  for (size_t a = 0; a < args.size() && a < plan.args.size(); ++a) {
+    const ArgPlan& ap = plan.args[a];
+    if (!args[a].isTensor() || ap.kind != Arg::Kind::Tensor || ap.tensors.empty() || ap.param >= 0) continue;
+    const DynamicHints* h = HintsOf(args[a].toTensor());
+    if (!h) continue;
+    auto& row = hints[ap.tensors[0]];
+    for (const auto& [d, hint] : h->dims)
+      if (d < static_cast<int64_t>(row.size())) {
+        row[d] = hint;
+        *any = true;
+      }
+  }
+  return hints;
 }
 
 bool AnyDynamic(const std::vector<bool>& v) { return std::find(v.begin(), v.end(), true) != v.end(); }
 
 // Per input: its sizes with dynamic dims at their bucket.
-std::vector<std::vector<int64_t>> BucketSizes(const Plan& plan,
-                                              const std::vector<std::vector<bool>>& dyn) {
+// A hinted dim's bound is its max when the size fits under it.
+std::vector<std::vector<int64_t>> BucketSizes(const Plan& plan, const std::vector<std::vector<bool>>& dyn,
+                                              const CallHints& hints) {
   std::vector<std::vector<int64_t>> out;
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     std::vector<int64_t> s = plan.inputs[i].geometry.sizes;
-    for (size_t d = 0; d < s.size(); ++d)
-      if (dyn[i][d]) s[d] = Bucket(s[d]);
+    for (size_t d = 0; d < s.size(); ++d) {
+      if (!dyn[i][d]) continue;
+      const std::optional<DimHint>& h = hints[i][d];
+      s[d] = h && h->max >= s[d] ? h->max : Bucket(s[d]);
+    }
     out.push_back(s);
   }
   return out;
+}
+
+struct DynamicLayout {
+  std::vector<std::vector<bool>> in_dynamic;
+  std::vector<std::vector<int64_t>> in_bucket;
+  std::vector<int64_t> capacity;  // per storage, -1: passed as it is
+  bool hinted = false;   // some input dim is dynamic by a mark_dynamic hint
+  bool bounded = false;  // ... with a max
+};
+
+// A hint makes one tensor's dim dynamic; the same size in the other whole
+// inputs (a broadcast partner, mm's contraction) must follow at the same
+// bound, or the op's shapes disagree at the bucket. Those dims turn dynamic
+// too (a coincidentally equal size is padded and masked: still exact).
+void UnifyHintedSizes(const Plan& plan, const CallHints& hints, DynamicLayout* lay) {
+  std::map<int64_t, int64_t> bound;  // hinted size -> its bucket
+  for (size_t i = 0; i < hints.size(); ++i)
+    for (size_t d = 0; d < hints[i].size(); ++d)
+      if (hints[i][d] && hints[i][d]->dynamic && lay->in_dynamic[i][d])
+        bound.emplace(plan.inputs[i].geometry.sizes[d], lay->in_bucket[i][d]);
+  for (size_t i = 0; i < plan.inputs.size(); ++i) {
+    if (!plan.inputs[i].geometry.whole) continue;
+    const auto& sizes = plan.inputs[i].geometry.sizes;
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      auto b = bound.find(sizes[d]);
+      if (b == bound.end() || lay->in_dynamic[i][d] || (hints[i][d] && !hints[i][d]->dynamic)) continue;
+      lay->in_dynamic[i][d] = true;
+      lay->in_bucket[i][d] = b->second;
+    }
+  }
 }
 
 int64_t Numel(const std::vector<int64_t>& s) {
@@ -299,11 +412,6 @@ Value ReadDynamic(hlo::Builder& b, Value storage, const std::vector<int64_t>& bu
   return v;
 }
 
-struct DynamicLayout {
-  std::vector<std::vector<bool>> in_dynamic;
-  std::vector<std::vector<int64_t>> in_bucket;
-  std::vector<int64_t> capacity;  // per storage, -1: passed as it is
-};
 
 std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
                                const std::vector<OutputSpec>& bucket_specs,
@@ -368,7 +476,7 @@ DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const 
   std::string text = BuildDynamicModule(call, lay, bucket_specs, dc);
   int64_t compiles = GetRuntime().stats().compiles;
   dc.exe = GetRuntime().GetOrCompile(key, call.plan.device, [&] { return text; });
-  if (GetRuntime().stats().compiles != compiles) CountCompile(call.desc->name);
+  if (GetRuntime().stats().compiles != compiles) CountCompile(call.desc->name, true);
   ++Counters().executables;
   return &(State().executables[key] = std::move(dc));
 }
@@ -404,6 +512,18 @@ pjrt::BufferPtr Unpadded(const pjrt::BufferPtr& result, hlo::ElementType t,
   return rt.Upload(host.data(), t, {numel}, device);
 }
 
+// The results of a call a hint made dynamic carry it on the dims that follow
+// the dynamic inputs (bounded at their bucket when the hint had a max).
+void PropagateHints(const at::Tensor& t, const std::vector<bool>& dyn, const std::vector<int64_t>& bucket,
+                    bool bounded) {
+  for (size_t d = 0; d < dyn.size(); ++d) {
+    if (!dyn[d]) continue;
+    DynamicHints& h = MutableHints(t);
+    if (h.dims.count(static_cast<int64_t>(d))) continue;
+    h.dims[static_cast<int64_t>(d)] = DimHint{true, -1, bounded ? bucket[d] : -1};
+  }
+}
+
 std::vector<c10::IValue> LaunchDynamic(const Call& call, const DynamicCompiled& dc,
                                        const DynamicLayout& lay) {
   const Plan& plan = call.plan;
@@ -434,6 +554,7 @@ std::vector<c10::IValue> LaunchDynamic(const Call& call, const DynamicCompiled& 
     } else {
       s->buffer = outs.at(k);
     }
+    if (lay.hinted) PropagateHints(t, dc.out_dynamic[k], dc.out_bucket[k], lay.bounded);
     results.push_back(t);
   }
   CountNative(*call.desc);
@@ -442,14 +563,40 @@ std::vector<c10::IValue> LaunchDynamic(const Call& call, const DynamicCompiled& 
 
 }  // namespace
 
+bool g_dynamic_active = ModeRef() != DynamicMode::Off;
+
 DynamicMode GetDynamicMode() { return ModeRef(); }
-void SetDynamicMode(const std::string& mode) { ModeRef() = ParseMode(mode); }
+void SetDynamicMode(const std::string& mode) {
+  ModeRef() = ParseMode(mode);
+  UpdateActive();
+}
+
+void MarkDims(const at::Tensor& t, const std::vector<int64_t>& dims, bool dynamic, int64_t min,
+              int64_t max) {
+  DynamicHints& h = MutableHints(t);
+  for (int64_t d : dims) {
+    TORCH_CHECK(d >= 0 && d < t.dim(), "mark_dynamic: dim ", d, " out of range for a ", t.dim(), "-d tensor");
+    h.dims[d] = DimHint{dynamic, min, max};
+  }
+}
+
+std::vector<std::string> DimHintsOf(const at::Tensor& t) {
+  std::vector<std::string> out(static_cast<size_t>(t.dim()));
+  if (const DynamicHints* h = HintsOf(t))
+    for (const auto& [d, hint] : h->dims)
+      if (d < t.dim()) out[d] = hint.dynamic ? "dynamic" : "static";
+  return out;
+}
 DynamicCounters DynamicStats() { return Counters(); }
-void CountCompile(const std::string& op) { ++Counters().compiles_by_op[op]; }
+void CountCompile(const std::string& op, bool dynamic) {
+  DynamicCounters& c = Counters();
+  ++c.compiles_by_op[op];
+  if (dynamic) ++c.dynamic_compiles_by_op[op];
+}
 void ForgetDynamicSizes() { State().signatures.clear(); }
 
 const std::vector<OutputSpec>* DynamicSpecs(const std::string& key) {
-  if (ModeRef() == DynamicMode::Off) return nullptr;
+  if (!g_dynamic_active) return nullptr;
   auto& specs = State().specs;
   auto it = specs.find(key);
   return it == specs.end() ? nullptr : &it->second;
@@ -458,17 +605,28 @@ const std::vector<OutputSpec>* DynamicSpecs(const std::string& key) {
 std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::OperatorHandle& op,
                                                    const std::vector<c10::IValue>& args) {
   DynamicMode mode = ModeRef();
-  if (mode == DynamicMode::Off || !Eligible(call)) return std::nullopt;
+  if (!g_dynamic_active || !Eligible(call)) return std::nullopt;
+  bool hinted = false;
+  CallHints hints = HintsOfCall(call.plan, args, &hinted);
+  if (mode == DynamicMode::Off && !hinted) return std::nullopt;
   DynamicState& state = State();
   std::string sig = Signature(call.plan);
   SignatureState& st = state.signatures[sig];
   if (st.exact_only) return std::nullopt;
   DynamicLayout lay;
-  lay.in_dynamic = Observe(st, call.plan, mode);
+  lay.in_dynamic = Observe(st, call.plan, mode, hints);
   if (std::none_of(lay.in_dynamic.begin(), lay.in_dynamic.end(), AnyDynamic)) return std::nullopt;
-  lay.in_bucket = BucketSizes(call.plan, lay.in_dynamic);
+  for (size_t i = 0; i < hints.size(); ++i)
+    for (size_t d = 0; d < hints[i].size(); ++d)
+      if (hints[i][d] && hints[i][d]->dynamic && lay.in_dynamic[i][d]) {
+        lay.hinted = true;
+        lay.bounded |= hints[i][d]->max > 0;
+      }
+  lay.in_bucket = BucketSizes(call.plan, lay.in_dynamic, hints);
+  if (lay.hinted) UnifyHintedSizes(call.plan, hints, &lay);
   if (!PaddedStorages(call.plan, lay.in_dynamic, lay.in_bucket, &lay.capacity)) return std::nullopt;
   std::string key = DynamicKey(sig, call.plan, lay.in_dynamic, lay.in_bucket);
+  if (state.failed.count(key)) return std::nullopt;
   DynamicCompiled* dc = nullptr;
   auto found = state.executables.find(key);
   if (found != state.executables.end()) {
@@ -482,9 +640,12 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
       dc = nullptr;
     } catch (const pjrt::Error&) {
       dc = nullptr;  // XLA cannot pad this module: exact shapes for the signature
+    } catch (const c10::Error&) {
+      dc = nullptr;  // the meta kernel refuses the bucket's sizes
     }
     if (!dc) {
-      st.exact_only = true;
+      // A hint's layout failing leaves the signature's automatic policy alone.
+      if (lay.hinted) state.failed.insert(key); else st.exact_only = true;
       ++Counters().exact_fallbacks;
       return std::nullopt;
     }

@@ -3,7 +3,11 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
 
 namespace torch_tpu::aten {
 
@@ -16,10 +20,28 @@ struct DynamicCounters {
   // Strict-eager compiles per op (exact-shape and dynamic): the ops that
   // still recompile for new shapes.
   std::map<std::string, int64_t> compiles_by_op;
+  // Of those, the bounded-dynamic ones (one per size bucket, not per shape).
+  std::map<std::string, int64_t> dynamic_compiles_by_op;
 };
 
-// Counts one strict-eager compile of `op`.
-void CountCompile(const std::string& op);
+// Counts one strict-eager compile of `op` (`dynamic`: a bounded-dynamic one).
+void CountCompile(const std::string& op, bool dynamic = false);
+
+// Whether a call can run dynamic at all: the mode is not 0, or some tensor
+// carries a mark_dynamic / mark_static hint. PlanCall records each input's
+// geometry span in the key only then (the mode-0 hot path stays as it was).
+extern bool g_dynamic_active;
+inline bool DynamicShapesActive() { return g_dynamic_active; }
+
+// torch_tpu.mark_dynamic / mark_static: hints on `t`'s dims (already
+// normalised and checked by dynamic.py), kept on its TensorImpl. A dynamic
+// dim runs bounded from the first call (bound: `max`, or the size's bucket
+// when max < 0 or the size is past it), in every mode; a static dim never
+// runs dynamic.
+void MarkDims(const at::Tensor& t, const std::vector<int64_t>& dims, bool dynamic, int64_t min,
+              int64_t max);
+// Per dim of `t`: "dynamic", "static" or "" (no hint), for tests and report().
+std::vector<std::string> DimHintsOf(const at::Tensor& t);
 
 DynamicMode GetDynamicMode();
 // "0", "auto" or "1" (TORCH_TPU_DYNAMIC_SHAPES); throws std::invalid_argument otherwise.

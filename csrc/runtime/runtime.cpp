@@ -1,4 +1,5 @@
 #include "runtime/runtime.h"
+#include "runtime/compile_hook.h"
 #include "runtime/trace.h"
 
 #include "runtime/scalar_bytes.h"
@@ -214,8 +215,8 @@ pjrt::ExecutablePtr Runtime::GetOrCompile(const std::string& key, int device,
     std::ofstream(path) << text;
     throw pjrt::Error(std::string(e.what()) + " (module saved to " + path + ")", e.code());
   }
-  stats_.compile_seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats_.compile_seconds += seconds;
   ++stats_.compiles;
   {
     std::lock_guard<std::mutex> lock(cache_mu_);
@@ -229,6 +230,7 @@ pjrt::ExecutablePtr Runtime::GetOrCompile(const std::string& key, int device,
       // Plugins that cannot serialize just do without the disk tier.
     }
   }
+  NotifyCompiled(seconds);  // compile_hook.h: the compile-burst log
   return exe;
 }
 

@@ -91,6 +91,10 @@ _setup()
 
 from . import debug  # noqa: E402
 from . import dynamic  # noqa: E402,F401  (bounded dynamic shapes: mode, set_mode)
+from .dynamic import mark_dynamic, mark_static  # noqa: E402,F401
+from . import compile_log as _compile_log  # noqa: E402
+
+_compile_log.install()  # one warning per slow burst of compiles (compile_log.py)
 from . import compile  # noqa: E402,F401  (torch.compile backend "tpu", registered lazily)
 from . import hf as _hf  # noqa: E402,F401  (Hugging Face import hooks; imports no HF library)
 from . import distributed as _distributed  # noqa: E402
@@ -105,4 +109,4 @@ from .device import get_platform  # noqa: E402,F401
 from .fusion import fused  # noqa: E402
 from . import pallas  # noqa: E402,F401  (torch_tpu.pallas.jax_op)
 
-__all__ = ["debug", "fused", "get_platform", "pallas"]
+__all__ = ["debug", "fused", "get_platform", "mark_dynamic", "mark_static", "pallas"]

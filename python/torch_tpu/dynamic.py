@@ -8,13 +8,22 @@ Modes (TORCH_TPU_DYNAMIC_SHAPES, or set_mode() at run time):
   "1"    every dim of size > 1 dynamic from the first call (for measuring).
 Ops that run dynamic: elementwise, reductions, softmax, matmul/linear
 (functional variants); everything else keeps exact shapes.
+
+Hints, in every mode (and forwarded to torch._dynamo, so that the same call
+works for torch.compile): mark_dynamic(t, dim, min=None, max=None) makes a
+dim of t run bounded from the first call (at max when the size fits, else at
+its bucket); mark_static(t, dim) keeps a dim exact.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Sequence, Union
+
+import torch
 
 from . import _C
+
+Dims = Union[int, Sequence[int]]
 
 
 def mode() -> str:
@@ -44,3 +53,61 @@ def dynamic_shapes(value: str) -> Iterator[None]:
         yield
     finally:
         set_mode(old)
+
+
+def _dims(t: torch.Tensor, dim: Dims, what: str) -> list[int]:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"torch_tpu.{what}: expected a tensor, got {type(t).__name__}")
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    out = []
+    for d in dims:
+        if not isinstance(d, int) or isinstance(d, bool):
+            raise TypeError(f"torch_tpu.{what}: dims must be ints, got {d!r}")
+        if not -t.dim() <= d < t.dim():
+            raise ValueError(f"torch_tpu.{what}: dim {d} is out of range for a {t.dim()}-d tensor")
+        out.append(d % t.dim())
+    return out
+
+
+def _bound(value: int | None, name: str) -> int:
+    if value is None:
+        return -1
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"torch_tpu.mark_dynamic: {name} must be a non-negative int or None, got {value!r}")
+    return value
+
+
+def mark_dynamic(t: torch.Tensor, dim: Dims, min: int | None = None, max: int | None = None) -> None:
+    """Marks dim(s) of `t` dynamic: the ops that take `t` (and, through the
+    ops that run dynamic, their results) compile one executable bounded by
+    `max` (when the size fits; else the size's bucket) from the first call,
+    whatever the mode. Also TorchTPU's spelling mark_dynamic(t, dim, lower,
+    upper). Forwarded to torch._dynamo.mark_dynamic (imported on first use)."""
+    dims = _dims(t, dim, "mark_dynamic")
+    lo, hi = _bound(min, "min"), _bound(max, "max")
+    if hi >= 0 and hi < 2:
+        raise ValueError(f"torch_tpu.mark_dynamic: max must be at least 2 (a dim of size <= 1 stays static), got {hi}")
+    if lo >= 0 and hi >= 0 and lo > hi:
+        raise ValueError(f"torch_tpu.mark_dynamic: min ({lo}) is larger than max ({hi})")
+    if t.device.type == "tpu":
+        _C._mark_dims(t, dims, True, lo, hi)
+    import torch._dynamo
+
+    torch._dynamo.mark_dynamic(t, dims, min=min, max=max)
+
+
+def mark_static(t: torch.Tensor, dim: Dims) -> None:
+    """Marks dim(s) of `t` static: they never run dynamic in eager (nor
+    count as a new size), whatever the mode. Forwarded to
+    torch._dynamo.mark_static."""
+    dims = _dims(t, dim, "mark_static")
+    if t.device.type == "tpu":
+        _C._mark_dims(t, dims, False, -1, -1)
+    import torch._dynamo
+
+    torch._dynamo.mark_static(t, dims)
+
+
+def dim_hints(t: torch.Tensor) -> list[str]:
+    """Per dim of `t`: "dynamic", "static" or "" (no hint)."""
+    return list(_C._dim_hints(t))

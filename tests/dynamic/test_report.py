@@ -1,0 +1,46 @@
+"""debug.report(): why a call was slow (the ops that still recompile per
+shape, dynamic executables and hits, fallbacks, the disk cache)."""
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+from torch_tpu import debug, dynamic
+
+
+@pytest.fixture(autouse=True)
+def fresh_sizes():
+    dynamic.forget_sizes()
+    yield
+
+
+def test_report_names_the_ops_that_recompile_per_shape():
+    debug.reset_stats()
+    with dynamic.dynamic_shapes("0"):
+        for n in (5, 6, 7):
+            torch.exp(torch.randn(n, 51).to("tpu")).cpu()
+        torch.tanh(torch.randn(5, 51).to("tpu")).cpu()
+        out = io.StringIO()
+        r = debug.report(file=out)
+    assert r["recompiling_ops"] == {"exp": 3}, r["recompiling_ops"]
+    assert r["compiles_by_op"]["tanh"] == 1
+    assert r["text"] == out.getvalue().rstrip("\n") == str(r)
+    assert "recompiling per shape 1 ops" in r["text"] and "TORCH_TPU_DYNAMIC_SHAPES=auto" in r["text"]
+    assert r["dynamic"]["mode"] == "0" and r["dynamic"]["executables"] == 0
+    assert r["disk_cache"]["enabled"] == bool(r["disk_cache"]["dir"])
+    assert "disk cache" in r["text"] and "torch_tpu report" in repr(r)
+
+
+def test_report_counts_dynamic_executables_apart_from_recompiles():
+    debug.reset_stats()
+    with dynamic.dynamic_shapes("auto"):
+        for n in (5, 6, 7, 9):
+            torch.exp(torch.randn(n, 52).to("tpu")).cpu()
+    r = debug.report(file=io.StringIO())
+    # One static (5) and one dynamic executable (bucket 16): nothing per shape.
+    assert r["recompiling_ops"] == {}, r
+    assert r["dynamic"]["executables"] == 1 and r["dynamic"]["hits"] == 2, r
+    assert r["dynamic"]["compiles_by_op"] == {"exp": 1} and r["compiles_by_op"] == {"exp": 2}, r
+    assert "1 dynamic executables, 2 hits" in r["text"] and "recompiling per shape none" in r["text"]
