@@ -367,7 +367,7 @@ Plan PlanCall(const OpDesc& desc, const c10::FunctionSchema& schema,
   plan.args.reserve(args.size() + 1);  // one more: a rule's own generator
   plan.params.reserve(args.size() + 1);
   plan.inputs.reserve(args.size());
-  plan.geometry_spans.reserve(args.size());
+  if (DynamicShapesActive()) plan.geometry_spans.reserve(args.size());
   plan.storages.reserve(args.size());
   plan.storage_param.reserve(args.size());
   for (size_t i : desc.out_args) plan.is_out[i] = true;
