@@ -275,6 +275,8 @@ def _backward_sample(op: Any, sample: Any, dname: str, used: set[str]) -> tuple[
         return "sparse", "sparse layout"
     if random_sample(sample):
         return "skip", "random by keyword (dropout_p)"
+    if _names_cpu(sample):
+        return "skip", "the sample asks for a CPU result"
     cpu_sample, tpu_sample = sample.transform(_leaf("cpu")), _on_tpu(sample.transform(_leaf("tpu")))
     try:
         if any(t.layout != torch.strided for t in _tensors(_call(op, sample.transform(_clone)))):
@@ -286,7 +288,15 @@ def _backward_sample(op: Any, sample: Any, dname: str, used: set[str]) -> tuple[
         return "skip", "no differentiable input or output"
     before = fallbacks()
     try:
-        _, actual = _grad_run(op, tpu_sample, cotangents, "tpu")
+        try:
+            _, actual = _grad_run(op, tpu_sample, cotangents, "tpu")
+        except Exception as e:
+            if "cpu" not in str(e):
+                raise
+            # An argument that must stay on CPU (see _forward_sample): only the input moves.
+            only_input = sample.transform(_leaf("cpu"))
+            only_input.input = _leaf("tpu")(sample.input)
+            _, actual = _grad_run(op, only_input, cotangents, "tpu")
     except Exception as e:
         used |= fell_back(before)
         return "error", f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"

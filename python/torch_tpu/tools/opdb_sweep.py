@@ -6,6 +6,7 @@ Usage::
     python -m torch_tpu.tools.opdb_sweep --dtypes float32 --no-backward --json f32.json
     python -m torch_tpu.tools.opdb_sweep --ops add,nn.functional.gelu --dtypes float32
     python -m torch_tpu.tools.opdb_sweep --json opdb.json --resume   # skip what the file has
+    python -m torch_tpu.tools.opdb_sweep --json opdb.json --resume --retry-fallbacks  # after new rules
     python -m torch_tpu.tools.opdb_sweep --summary opdb.json         # print a saved run's table
 
 For every op_db entry (name.variant) and dtype in float32, bfloat16 and
@@ -246,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="write the results here (rewritten after each entry)")
     p.add_argument("--resume", action="store_true", help="skip the entries --json already has")
     p.add_argument("--retry-failed", action="store_true", help="with --resume: rerun fail/error entries")
+    p.add_argument("--retry-fallbacks", action="store_true",
+                   help="with --resume: also rerun entries that passed through the CPU fallback")
     p.add_argument("--log", help="append the workers' stderr to this file (default: discarded)")
     p.add_argument("--failures", action="store_true", help="list failing entries at the end")
     p.add_argument("--summary", metavar="FILE", help="print the table of a saved --json run and exit")
@@ -267,8 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     if ops and not tasks:
         p.error(f"no op_db entry (with samples in {dtypes}) named {sorted(ops)}")
     results = _load(args.json) if args.json and args.resume else {}
-    redo = {"fail", "error"} if args.retry_failed else set()
-    tasks = [t for t in tasks if _key(t) not in results or results[_key(t)]["status"] in redo]
+    redo = {"fail", "error"} if args.retry_failed or args.retry_fallbacks else set()
+
+    def rerun(r: dict) -> bool:
+        return r["status"] in redo or (args.retry_fallbacks and r["status"] == "pass" and not r["native"])
+    tasks = [t for t in tasks if _key(t) not in results or rerun(results[_key(t)])]
     _sweep(tasks, results, args)
     print(format_summary({k: r for k, r in results.items()}))
     if args.failures:
