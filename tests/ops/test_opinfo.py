@@ -34,6 +34,12 @@ import pytest
 import torch
 import torch_tpu
 from torch.utils import _pytree as pytree
+from torch_tpu.tools import opinfo_compare
+from torch_tpu.tools.opinfo_compare import (as_tree as _as_tree, closer_to_exact,  # noqa: F401
+                                            complex_sample as _complex_sample,
+                                            fallbacks as _fallbacks, float64_result,
+                                            op_id as _op_id, random_sample as _random_sample,
+                                            to_cpu as _to_cpu, to_tpu as _to_tpu)
 
 # A hard import: scripts/install.sh installs expecttest, which op_db needs; a
 # skipped sweep would hide regressions.
@@ -361,10 +367,6 @@ def _parse(text: str, status: str) -> dict[tuple[str, str], str]:
 EXPECTED: dict[tuple[str, str], str] = {**_parse(_NATIVE, "native"), **_parse(_CORRECT, "correct")}
 
 
-def _op_id(op: Any) -> str:
-    return op.name + ("." + op.variant_test_name if op.variant_test_name else "")
-
-
 def _cases() -> list[Any]:
     by_key = {(o.name, o.variant_test_name): o for o in op_db}
     cases = []
@@ -377,101 +379,12 @@ def _cases() -> list[Any]:
     return cases
 
 
-def _random_sample(sample: Any) -> bool:
-    """A sample whose result is random (scaled_dot_product_attention with dropout_p > 0):
-    tpu and CPU draw different masks, so it is skipped."""
-    return bool(sample.kwargs.get("dropout_p", 0.0))
-
-
-def _complex_sample(sample: Any) -> bool:
-    """A sample with a complex tensor (addcmul's mixed-dtype reference inputs): no
-    complex dtypes on tpu, so it is skipped like a complex result."""
-    return any(isinstance(t, torch.Tensor) and t.is_complex()
-               for t in pytree.tree_leaves((sample.input, sample.args, sample.kwargs)))
-
-
-def _to_tpu(x: Any) -> Any:
-    return x.to("tpu") if isinstance(x, torch.Tensor) else x
-
-
-def _to_cpu(x: Any) -> Any:
-    return x.cpu() if isinstance(x, torch.Tensor) else x
-
-
-def _fallbacks() -> dict[str, int]:
-    return dict(torch_tpu.debug.stats()["fallbacks"])
-
-
 def _tolerance(op_id: str, dname: str, result_dtype: torch.dtype) -> dict[str, float]:
-    """Tolerance by the sample dtype, or by the result dtype for integer
-    samples of float-valued ops (sqrt of int64 gives float32)."""
-    if (op_id, dname) in TOLERANCES:
-        rtol, atol = TOLERANCES[(op_id, dname)]
-    elif not (result_dtype.is_floating_point or result_dtype.is_complex):
-        rtol, atol = 0.0, 0.0
-    elif dname == "bfloat16" or result_dtype in (torch.bfloat16, torch.float16):
-        rtol, atol = 1.6e-2, 1e-2
-    else:
-        rtol, atol = 1e-5, 1e-5
-    return {"rtol": rtol, "atol": atol}
+    return opinfo_compare.tolerance(op_id, dname, result_dtype, TOLERANCES)
 
 
 def _compare(op_id: str, dname: str, actual: Any, expected: Any) -> None:
-    a_leaves, a_spec = pytree.tree_flatten(actual)
-    e_leaves, e_spec = pytree.tree_flatten(expected)
-    assert a_spec == e_spec, f"result structure differs: {a_spec} vs {e_spec}"
-    for a, e in zip(a_leaves, e_leaves):
-        if isinstance(e, torch.Tensor):
-            torch.testing.assert_close(a, e, equal_nan=True, **_tolerance(op_id, dname, e.dtype))
-        else:
-            assert a == e, f"{a!r} != {e!r}"
-
-
-def _in_float64(x: Any) -> Any:
-    return x.detach().double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-
-
-def closer_to_exact(actual: Any, expected: Any, exact: Any) -> bool:
-    """True when tpu's result, where it differs from CPU's by more than the
-    tolerance, is the more accurate of the two: against the float64 result
-    its total error is no larger than CPU's and its worst error at most CPU's
-    worst plus one atol. A low-precision CPU kernel that rounds partial sums
-    (bf16 convolutions, a matmul blocked by the host's BLAS) is itself off by
-    ulps that depend on the host's CPU; XLA rounds once."""
-    a_leaves, e_leaves = pytree.tree_leaves(actual), pytree.tree_leaves(expected)
-    x_leaves = pytree.tree_leaves(exact)
-    if not len(a_leaves) == len(e_leaves) == len(x_leaves):
-        return False
-    for a, e, x in zip(a_leaves, e_leaves, x_leaves):
-        if not (isinstance(e, torch.Tensor) and e.is_floating_point()):
-            continue
-        if a.shape != e.shape or not torch.equal(a.isnan(), x.isnan()) or not torch.equal(e.isnan(), x.isnan()):
-            return False
-        finite = x.isfinite()
-        if not torch.equal(a.double()[~finite].nan_to_num(), x[~finite].nan_to_num()):
-            return False
-        err_a = (a.double() - x)[finite].abs()
-        err_e = (e.double() - x)[finite].abs()
-        atol = _tolerance("", "bfloat16" if e.dtype == torch.bfloat16 else "float32", e.dtype)["atol"]
-        if err_a.numel() and (err_a.sum() > err_e.sum() or err_a.max() > err_e.max() + atol):
-            return False
-    return True
-
-
-def float64_result(op: Any, sample: Any) -> Any:
-    """The op on the sample's float tensors cast to float64 (CPU), or None."""
-    s = sample.transform(_in_float64)
-    try:
-        return pytree.tree_map(_in_float64, _as_tree(op(s.input, *s.args, **s.kwargs)))
-    except Exception:
-        return None
-
-
-def _as_tree(r: Any) -> Any:
-    # torch.return_types structseqs -> plain tuples, for assert_close.
-    if isinstance(r, tuple) and type(r) is not tuple:
-        return tuple(r)
-    return r
+    opinfo_compare.compare(op_id, dname, actual, expected, TOLERANCES)
 
 
 def new_row(results: dict, key: tuple[str, str]) -> dict:
