@@ -153,6 +153,11 @@ const bool registered = [] {
   MarkComplexCapable({"atan", "sinh", "cosh", "atanh", "exp2",
                       "addcmul", "trace", "take", "channel_shuffle", "count_nonzero",
                       "count_nonzero.dim_IntList"});
+  // Padding by reflection / replication moves values; eye fills 0 and 1;
+  // silu is x * logistic(x); index_fill writes its scalar.
+  MarkComplexCapable({"reflection_pad1d", "reflection_pad2d", "reflection_pad3d",
+                      "replication_pad1d", "replication_pad2d", "replication_pad3d", "eye.m_out",
+                      "silu", "index_fill.int_Scalar", "index_fill.int_Tensor"});
   // Truth values: Builder::Convert to bool compares with zero (both parts).
   MarkComplexCapable({"logical_and", "logical_or", "logical_xor", "logical_not", "any", "any.dim",
                       "any.dims", "all", "all.dim", "all.dims"});

@@ -1,7 +1,8 @@
 """complex64 rules that are right for complex values as written, now native.
 
 atan / atanh / sinh / cosh (CHLO's complex forms), exp2, addcmul,
-trace, take, channel_shuffle, and the truth-value ops (logical_*, any, all,
+trace, take, channel_shuffle, reflection / replication padding (stft's
+centering), eye, silu, index_fill, and the truth-value ops (logical_*, any, all,
 count_nonzero: a complex value is true when either part is nonzero). Each is
 compared with CPU with zero CPU fallbacks.
 """
@@ -78,3 +79,28 @@ def test_truth_values_use_both_parts() -> None:
     for g, r in zip(got, ref):
         assert g.dtype == r.dtype
         assert torch.equal(g.cpu(), r), (g, r)
+
+
+def test_pads_eye_silu_index_fill_match_cpu() -> None:
+    z = _values()[:48].reshape(2, 4, 6)
+    big = torch.tensor([50, -50 + 1j, 80 - 2j, -1e-3j], dtype=torch.complex64)
+    pad = torch.nn.functional.pad
+    tz, tbig = z.to("tpu"), big.to("tpu")
+    idx = torch.tensor([0, 3])
+    with native():
+        got = [pad(tz, (2, 3), mode="reflect"), pad(tz, (1, 2), mode="replicate"),
+               pad(tz.unsqueeze(0), (1, 1, 2, 0), mode="reflect"),
+               pad(tz.unsqueeze(0), (1, 0, 2, 1, 1, 1), mode="replicate"),
+               pad(tz.unsqueeze(0), (1, 0, 2, 1, 1, 0), mode="reflect"),
+               torch.eye(3, 4, dtype=torch.complex64, device="tpu"),
+               torch.nn.functional.silu(tz), torch.nn.functional.silu(tbig),
+               tz.index_fill(2, idx.to("tpu"), 2 - 3j)]
+    ref = [pad(z, (2, 3), mode="reflect"), pad(z, (1, 2), mode="replicate"),
+           pad(z.unsqueeze(0), (1, 1, 2, 0), mode="reflect"),
+           pad(z.unsqueeze(0), (1, 0, 2, 1, 1, 1), mode="replicate"),
+           pad(z.unsqueeze(0), (1, 0, 2, 1, 1, 0), mode="reflect"),
+           torch.eye(3, 4, dtype=torch.complex64), torch.nn.functional.silu(z),
+           torch.nn.functional.silu(big), z.index_fill(2, idx, 2 - 3j)]
+    for g, r in zip(got, ref):
+        assert g.dtype == r.dtype and g.shape == r.shape
+        torch.testing.assert_close(g.cpu(), r, rtol=1e-5, atol=1e-5)
