@@ -4,9 +4,7 @@
 // backward formulas rely on exactly that choice (they solve with the saved
 // LU and `adjoint = !A.is_contiguous()`), so the returned LU and pivots must
 // be those CPU returns. linalg_lu_factor_ex is a native rule
-// (lowering/linalg_lu.cpp) for float32/float64; for complex inputs it raises
-// Unsupported there, so the factorization runs on the CPU fallback and the
-// rest (diagonal products, sgn, abs, log) natively.
+// (lowering/linalg_lu.cpp), complex inputs included.
 #include <torch/library.h>
 
 #include "aten/tpu.h"

@@ -15,7 +15,7 @@
 // the first two), so all of them run natively, with PyTorch's backward
 // formulas.
 // Pivots out of [1, n] given to lu_solve / lu_unpack are a device-side
-// IndexError. Float32 and float64 only.
+// IndexError. Float32 and float64; linalg_lu_factor_ex also complex64/128.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -156,6 +156,13 @@ Value ApplySwaps(Builder& b, Value x, Value pivots, bool reverse) {
   })[0];
 }
 
+// |x|; for complex values |re| + |im|, the magnitude LAPACK's i?amax
+// compares (so the pivots are the ones CPU's zgetrf/cgetrf choose).
+static Value PivotMagnitude(Builder& b, Value x) {
+  if (!hlo::IsComplex(x.dtype())) return b.Unary("abs", x);
+  return b.Binary("add", b.Unary("abs", b.Real(x)), b.Unary("abs", b.Imag(x)));
+}
+
 // One elimination step k of getrf on m [..., rows, cols].
 std::vector<Value> LuStep(Builder& b, Value k, Value m, Value piv, Value info) {
   int64_t r = m.rank();
@@ -169,8 +176,10 @@ std::vector<Value> LuStep(Builder& b, Value k, Value m, Value piv, Value info) {
   // Pivot row: first row >= k of largest |M[i, k]| (NaNs: row k).
   Value colk = TakeLast(b, m, k);  // [..., rows]
   Value below = b.Compare("GE", vec_iota, Bcast(b, k, vec));
-  Value mag = b.Select(below, b.Unary("abs", colk), b.Splat(t, -1, vec));
-  Value top = b.Reduce(mag, b.MinValue(t), {r - 2}, "maximum");
+  Value size = PivotMagnitude(b, colk);
+  ElementType st = size.dtype();
+  Value mag = b.Select(below, size, b.Splat(st, -1, vec));
+  Value top = b.Reduce(mag, b.MinValue(st), {r - 2}, "maximum");
   Value is_top = b.Compare("EQ", mag, b.BroadcastInDim(top, vec, batch_dims));
   Value none = b.Splat(E::I64, rows, vec);
   Value p = b.Reduce(b.Select(is_top, vec_iota, none), b.ConstantInt(E::I64, rows), {r - 2},
@@ -260,13 +269,31 @@ void CheckPivots(Context& c, Value pivots, int64_t rows, const std::string& op) 
   c.Require(AllTrue(b, ok), op + ": pivots must be in [1, " + std::to_string(rows) + "]");
 }
 
-std::vector<Value> LuFactorRule(Context& c, const std::vector<Arg>& a) {
-  if (a.at(1).i == 0) throw Unsupported("linalg_lu_factor_ex without pivoting");
-  if (a.at(2).i != 0) throw Unsupported("linalg_lu_factor_ex with check_errors=True");
-  Value m = Input(a, 0, "linalg_lu_factor_ex");
+std::vector<Value> LuFactorOf(Context& c, const std::vector<Arg>& a, Value m) {
   if (Empty(m)) return {Zeros(c.b, Out(c, 0)), Zeros(c.b, Out(c, 1)), Zeros(c.b, Out(c, 2))};
   LuResult lu = LuFactor(c.b, m);
   return {lu.lu, lu.pivots, lu.info};
+}
+
+void CheckLuFactorArgs(const std::vector<Arg>& a) {
+  if (a.at(1).i == 0) throw Unsupported("linalg_lu_factor_ex without pivoting");
+  if (a.at(2).i != 0) throw Unsupported("linalg_lu_factor_ex with check_errors=True");
+}
+
+std::vector<Value> LuFactorRule(Context& c, const std::vector<Arg>& a) {
+  CheckLuFactorArgs(a);
+  return LuFactorOf(c, a, Input(a, 0, "linalg_lu_factor_ex"));
+}
+
+// complex64 / complex128: the same elimination (getrf's steps are field
+// operations; only the pivot magnitude differs, see PivotMagnitude).
+std::vector<Value> ComplexLuFactorRule(Context& c, const std::vector<Arg>& a) {
+  CheckLuFactorArgs(a);
+  Value m = a.at(0).tensor;
+  if (m.dtype() != E::C64 && m.dtype() != E::C128)
+    throw Unsupported("linalg_lu_factor_ex of a tensor that is not complex64/complex128");
+  if (m.rank() < 2) throw Unsupported("linalg_lu_factor_ex of a tensor of rank < 2");
+  return LuFactorOf(c, a, m);
 }
 
 std::vector<Value> LuSolveRule(Context& c, const std::vector<Arg>& a) {
@@ -342,6 +369,7 @@ std::vector<Value> InvRule(Context& c, const std::vector<Arg>& a) {
 
 const bool registered = [] {
   Register("linalg_lu_factor_ex", LuFactorRule);
+  RegisterComplex("linalg_lu_factor_ex", ComplexLuFactorRule);
   Register("linalg_lu_solve", LuSolveRule);
   Register("linalg_lu", LinalgLuRule);
   Register("lu_unpack", LuUnpackRule);
