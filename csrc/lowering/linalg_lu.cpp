@@ -243,9 +243,20 @@ Value LuSolve(Builder& b, Value lu, Value pivots, Value rhs, bool adjoint) {
 
 namespace {
 
+// float32/float64, or complex64/complex128 (only the rules marked complex
+// capable at the bottom of this file are given complex values).
+ElementType LuType(ElementType t, const std::string& op) {
+  return t == E::C64 || t == E::C128 ? t : LinalgType(t, op);
+}
+
+Value Conj(Builder& b, Value x) {
+  if (!hlo::IsComplex(x.dtype())) return x;
+  return b.Complex(b.Real(x), b.Unary("negate", b.Imag(x)));
+}
+
 Value Input(const std::vector<Arg>& a, size_t i, const std::string& op, int64_t min_rank = 2) {
   Value v = a.at(i).tensor;
-  LinalgType(v.dtype(), op);
+  LuType(v.dtype(), op);
   if (v.rank() < min_rank) throw Unsupported(op + " of a tensor of rank < 2");
   return v;
 }
@@ -285,22 +296,14 @@ std::vector<Value> LuFactorRule(Context& c, const std::vector<Arg>& a) {
   return LuFactorOf(c, a, Input(a, 0, "linalg_lu_factor_ex"));
 }
 
-// complex64 / complex128: the same elimination (getrf's steps are field
-// operations; only the pivot magnitude differs, see PivotMagnitude).
-std::vector<Value> ComplexLuFactorRule(Context& c, const std::vector<Arg>& a) {
-  CheckLuFactorArgs(a);
-  Value m = a.at(0).tensor;
-  if (m.dtype() != E::C64 && m.dtype() != E::C128)
-    throw Unsupported("linalg_lu_factor_ex of a tensor that is not complex64/complex128");
-  if (m.rank() < 2) throw Unsupported("linalg_lu_factor_ex of a tensor of rank < 2");
-  return LuFactorOf(c, a, m);
-}
-
 std::vector<Value> LuSolveRule(Context& c, const std::vector<Arg>& a) {
   Builder& b = c.b;
   const TensorType& out = Out(c);
-  LinalgType(out.dtype, "linalg_lu_solve");
+  LuType(out.dtype, "linalg_lu_solve");
   bool left = a.at(3).i != 0, adjoint = a.at(4).i != 0;
+  // Complex A^H: A^T conj(x) = conj(b) (also for left=False's transposed
+  // system), so `adjoint` below is a plain transpose.
+  const bool conj = adjoint && hlo::IsComplex(out.dtype);
   if (out.rank() < 2) throw Unsupported("linalg_lu_solve of a tensor of rank < 2");
   if (out.numel() == 0) return {Zeros(b, out)};
   std::vector<int64_t> batch = BatchOf(out.shape);
@@ -309,11 +312,13 @@ std::vector<Value> LuSolveRule(Context& c, const std::vector<Arg>& a) {
   Value piv = b.BroadcastTo(a.at(1).tensor, With(batch, {n}));
   CheckPivots(c, piv, n, "linalg_lu_solve");
   Value rhs = b.BroadcastTo(b.Convert(a.at(2).tensor, out.dtype), out.shape);
+  if (conj) rhs = Conj(b, rhs);
   if (!left) {  // X A = B  <=>  A^T X^T = B^T
     rhs = MT(b, rhs);
     adjoint = !adjoint;
   }
   Value x = LuSolve(b, lu, piv, rhs, adjoint);
+  if (conj) x = Conj(b, x);
   return {left ? x : MT(b, x)};
 }
 
@@ -369,7 +374,10 @@ std::vector<Value> InvRule(Context& c, const std::vector<Arg>& a) {
 
 const bool registered = [] {
   Register("linalg_lu_factor_ex", LuFactorRule);
-  RegisterComplex("linalg_lu_factor_ex", ComplexLuFactorRule);
+  // Complex: the same elimination (field operations; the pivot magnitude is
+  // LAPACK's, see PivotMagnitude), solves and unpacking.
+  MarkComplexCapable({"linalg_lu_factor_ex", "linalg_lu_solve", "linalg_lu", "lu_unpack",
+                      "linalg_inv_ex"});
   Register("linalg_lu_solve", LuSolveRule);
   Register("linalg_lu", LinalgLuRule);
   Register("lu_unpack", LuUnpackRule);

@@ -54,3 +54,23 @@ def test_complex_lu_factor_matches_cpu_pivots_and_info() -> None:
         with native():
             got = torch.linalg.lu_factor_ex(tm)
         _close(tuple(got), tuple(torch.linalg.lu_factor_ex(m)), name)
+
+
+def test_complex_lu_solve_inv_lu_unpack_match_cpu() -> None:
+    a = _crandn(2, 4, 4, seed=5) + 2 * torch.eye(4)
+    b, br = _crandn(2, 4, 3, seed=6), _crandn(2, 3, 4, seed=7)
+    lu, piv = torch.linalg.lu_factor(a)
+    tlu, tpiv, tb, tbr, ta = (x.to("tpu") for x in (lu, piv, b, br, a))
+    with native():
+        got = {f"solve{left}{adj}": torch.linalg.lu_solve(tlu, tpiv, tb if left else tbr,
+                                                          left=left, adjoint=adj)
+               for left in (True, False) for adj in (False, True)}
+        got.update(inv=torch.linalg.inv(ta), solve=torch.linalg.solve(ta, tb),
+                   lu=tuple(torch.linalg.lu(ta)), unpack=tuple(torch.lu_unpack(tlu, tpiv)))
+    ref = {f"solve{left}{adj}": torch.linalg.lu_solve(lu, piv, b if left else br,
+                                                      left=left, adjoint=adj)
+           for left in (True, False) for adj in (False, True)}
+    ref.update(inv=torch.linalg.inv(a), solve=torch.linalg.solve(a, b),
+               lu=tuple(torch.linalg.lu(a)), unpack=tuple(torch.lu_unpack(lu, piv)))
+    for name in ref:
+        _close(got[name], ref[name], name)
