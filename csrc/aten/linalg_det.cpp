@@ -4,7 +4,7 @@
 // backward formulas rely on exactly that choice (they solve with the saved
 // LU and `adjoint = !A.is_contiguous()`), so the returned LU and pivots must
 // be those CPU returns. linalg_lu_factor_ex is a native rule
-// (lowering/linalg_lu.cpp).
+// (lowering/linalg_lu.cpp), complex inputs included.
 #include <torch/library.h>
 
 #include "aten/tpu.h"
@@ -17,8 +17,8 @@ void CheckSquareFloat(const at::Tensor& A, const char* op) {
   TORCH_CHECK(A.size(-1) == A.size(-2), op,
               ": A must be batches of square matrices, but they are ", A.size(-2), " by ",
               A.size(-1), " matrices");
-  TORCH_CHECK(at::isFloatingType(A.scalar_type()), op,
-              ": Expected a floating point tensor as input. Got ", A.scalar_type());
+  TORCH_CHECK(at::isFloatingType(A.scalar_type()) || at::isComplexType(A.scalar_type()), op,
+              ": Expected a floating point or complex tensor as input. Got ", A.scalar_type());
 }
 
 // +1 / -1: the parity of getrf's row swaps (pivots are 1-based).
@@ -44,7 +44,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> LinalgSlogdet(const a
   CheckSquareFloat(A, "linalg.slogdet");
   auto [LU, pivots, info] = LuOfDetInput(A);
   auto diag = LU.diagonal(0, -2, -1);
-  auto sign = diag.sign().prod(-1) * PivotSign(pivots, A.scalar_type());
+  // sgn: z / |z| for complex (ATen's slogdet), the sign for real values.
+  auto sign = diag.sgn().prod(-1) * PivotSign(pivots, A.scalar_type());
   auto logabsdet = diag.abs().log().sum(-1);
   return {sign, logabsdet, LU, pivots};
 }

@@ -145,6 +145,22 @@ const bool registered = [] {
   RegisterComplex("isinf", PartTest("isinf"));
   RegisterComplex("linalg_vector_norm", ComplexVectorNorm);
   MarkComplexCapable({"cumsum", "cumprod", "nonzero_static"});
+  // CHLO's atan/atanh/sinh/cosh are defined on complex numbers (principal
+  // branches, signed zeros on the cuts as CPU); the rest only multiply, add,
+  // compare with zero or move values. Not asin/acos/asinh/acosh: CHLO's
+  // complex forms put -0 on the wrong side of their branch cuts
+  // (asinh(-0-2j): +1.317-1.571j, CPU -1.317-1.571j), so they fall back.
+  MarkComplexCapable({"atan", "sinh", "cosh", "atanh", "exp2",
+                      "addcmul", "trace", "take", "channel_shuffle", "count_nonzero",
+                      "count_nonzero.dim_IntList"});
+  // Padding by reflection / replication moves values; eye fills 0 and 1;
+  // silu is x * logistic(x); index_fill writes its scalar.
+  MarkComplexCapable({"reflection_pad1d", "reflection_pad2d", "reflection_pad3d",
+                      "replication_pad1d", "replication_pad2d", "replication_pad3d", "eye.m_out",
+                      "silu", "index_fill.int_Scalar", "index_fill.int_Tensor"});
+  // Truth values: Builder::Convert to bool compares with zero (both parts).
+  MarkComplexCapable({"logical_and", "logical_or", "logical_xor", "logical_not", "any", "any.dim",
+                      "any.dims", "all", "all.dim", "all.dims"});
   RegisterComplex("sgn", ComplexSgn);
   for (const char* name : {"pow.Tensor_Tensor", "pow.Tensor_Scalar", "pow.Scalar"})
     RegisterComplex(name, ComplexPow);

@@ -15,7 +15,7 @@
 // the first two), so all of them run natively, with PyTorch's backward
 // formulas.
 // Pivots out of [1, n] given to lu_solve / lu_unpack are a device-side
-// IndexError. Float32 and float64 only.
+// IndexError. Float32 and float64; linalg_lu_factor_ex also complex64/128.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -156,6 +156,13 @@ Value ApplySwaps(Builder& b, Value x, Value pivots, bool reverse) {
   })[0];
 }
 
+// |x|; for complex values |re| + |im|, the magnitude LAPACK's i?amax
+// compares (so the pivots are the ones CPU's zgetrf/cgetrf choose).
+static Value PivotMagnitude(Builder& b, Value x) {
+  if (!hlo::IsComplex(x.dtype())) return b.Unary("abs", x);
+  return b.Binary("add", b.Unary("abs", b.Real(x)), b.Unary("abs", b.Imag(x)));
+}
+
 // One elimination step k of getrf on m [..., rows, cols].
 std::vector<Value> LuStep(Builder& b, Value k, Value m, Value piv, Value info) {
   int64_t r = m.rank();
@@ -169,8 +176,10 @@ std::vector<Value> LuStep(Builder& b, Value k, Value m, Value piv, Value info) {
   // Pivot row: first row >= k of largest |M[i, k]| (NaNs: row k).
   Value colk = TakeLast(b, m, k);  // [..., rows]
   Value below = b.Compare("GE", vec_iota, Bcast(b, k, vec));
-  Value mag = b.Select(below, b.Unary("abs", colk), b.Splat(t, -1, vec));
-  Value top = b.Reduce(mag, b.MinValue(t), {r - 2}, "maximum");
+  Value size = PivotMagnitude(b, colk);
+  ElementType st = size.dtype();
+  Value mag = b.Select(below, size, b.Splat(st, -1, vec));
+  Value top = b.Reduce(mag, b.MinValue(st), {r - 2}, "maximum");
   Value is_top = b.Compare("EQ", mag, b.BroadcastInDim(top, vec, batch_dims));
   Value none = b.Splat(E::I64, rows, vec);
   Value p = b.Reduce(b.Select(is_top, vec_iota, none), b.ConstantInt(E::I64, rows), {r - 2},
@@ -234,9 +243,20 @@ Value LuSolve(Builder& b, Value lu, Value pivots, Value rhs, bool adjoint) {
 
 namespace {
 
+// float32/float64, or complex64/complex128 (only the rules marked complex
+// capable at the bottom of this file are given complex values).
+ElementType LuType(ElementType t, const std::string& op) {
+  return t == E::C64 || t == E::C128 ? t : LinalgType(t, op);
+}
+
+Value Conj(Builder& b, Value x) {
+  if (!hlo::IsComplex(x.dtype())) return x;
+  return b.Complex(b.Real(x), b.Unary("negate", b.Imag(x)));
+}
+
 Value Input(const std::vector<Arg>& a, size_t i, const std::string& op, int64_t min_rank = 2) {
   Value v = a.at(i).tensor;
-  LinalgType(v.dtype(), op);
+  LuType(v.dtype(), op);
   if (v.rank() < min_rank) throw Unsupported(op + " of a tensor of rank < 2");
   return v;
 }
@@ -260,20 +280,30 @@ void CheckPivots(Context& c, Value pivots, int64_t rows, const std::string& op) 
   c.Require(AllTrue(b, ok), op + ": pivots must be in [1, " + std::to_string(rows) + "]");
 }
 
-std::vector<Value> LuFactorRule(Context& c, const std::vector<Arg>& a) {
-  if (a.at(1).i == 0) throw Unsupported("linalg_lu_factor_ex without pivoting");
-  if (a.at(2).i != 0) throw Unsupported("linalg_lu_factor_ex with check_errors=True");
-  Value m = Input(a, 0, "linalg_lu_factor_ex");
+std::vector<Value> LuFactorOf(Context& c, const std::vector<Arg>& a, Value m) {
   if (Empty(m)) return {Zeros(c.b, Out(c, 0)), Zeros(c.b, Out(c, 1)), Zeros(c.b, Out(c, 2))};
   LuResult lu = LuFactor(c.b, m);
   return {lu.lu, lu.pivots, lu.info};
 }
 
+void CheckLuFactorArgs(const std::vector<Arg>& a) {
+  if (a.at(1).i == 0) throw Unsupported("linalg_lu_factor_ex without pivoting");
+  if (a.at(2).i != 0) throw Unsupported("linalg_lu_factor_ex with check_errors=True");
+}
+
+std::vector<Value> LuFactorRule(Context& c, const std::vector<Arg>& a) {
+  CheckLuFactorArgs(a);
+  return LuFactorOf(c, a, Input(a, 0, "linalg_lu_factor_ex"));
+}
+
 std::vector<Value> LuSolveRule(Context& c, const std::vector<Arg>& a) {
   Builder& b = c.b;
   const TensorType& out = Out(c);
-  LinalgType(out.dtype, "linalg_lu_solve");
+  LuType(out.dtype, "linalg_lu_solve");
   bool left = a.at(3).i != 0, adjoint = a.at(4).i != 0;
+  // Complex A^H: A^T conj(x) = conj(b) (also for left=False's transposed
+  // system), so `adjoint` below is a plain transpose.
+  const bool conj = adjoint && hlo::IsComplex(out.dtype);
   if (out.rank() < 2) throw Unsupported("linalg_lu_solve of a tensor of rank < 2");
   if (out.numel() == 0) return {Zeros(b, out)};
   std::vector<int64_t> batch = BatchOf(out.shape);
@@ -282,11 +312,13 @@ std::vector<Value> LuSolveRule(Context& c, const std::vector<Arg>& a) {
   Value piv = b.BroadcastTo(a.at(1).tensor, With(batch, {n}));
   CheckPivots(c, piv, n, "linalg_lu_solve");
   Value rhs = b.BroadcastTo(b.Convert(a.at(2).tensor, out.dtype), out.shape);
+  if (conj) rhs = Conj(b, rhs);
   if (!left) {  // X A = B  <=>  A^T X^T = B^T
     rhs = MT(b, rhs);
     adjoint = !adjoint;
   }
   Value x = LuSolve(b, lu, piv, rhs, adjoint);
+  if (conj) x = Conj(b, x);
   return {left ? x : MT(b, x)};
 }
 
@@ -342,6 +374,10 @@ std::vector<Value> InvRule(Context& c, const std::vector<Arg>& a) {
 
 const bool registered = [] {
   Register("linalg_lu_factor_ex", LuFactorRule);
+  // Complex: the same elimination (field operations; the pivot magnitude is
+  // LAPACK's, see PivotMagnitude), solves and unpacking.
+  MarkComplexCapable({"linalg_lu_factor_ex", "linalg_lu_solve", "linalg_lu", "lu_unpack",
+                      "linalg_inv_ex"});
   Register("linalg_lu_solve", LuSolveRule);
   Register("linalg_lu", LinalgLuRule);
   Register("lu_unpack", LuUnpackRule);

@@ -85,3 +85,13 @@ def test_a_crashing_or_hanging_entry_does_not_stop_the_sweep(monkeypatch, tmp_pa
     assert results["bad:float32:forward"]["status"] == "error"
     assert why in results["bad:float32:forward"]["why"]
     assert results["good:float32:forward"]["status"] == "pass"
+
+
+def test_backward_sample_with_a_view_already_on_tpu():
+    # lu_solve's third sample has pivots that are a view into a larger storage; the backward
+    # sweep moves leaves first, and re-moving that tpu view raised "set the storage of a
+    # tensor on device cpu to a storage on ... tpu:0" (counted as an lu_solve error).
+    r = _opdb_worker.run_task(_by_id("lu_solve"), "float32", "backward", 4)
+    assert (r["status"], r["native"], r["checked"]) == ("pass", True, 4), r
+    v = torch.arange(6.0).to("tpu")[::2]
+    assert _opdb_worker._view_to_tpu(v) is v

@@ -52,6 +52,8 @@ def _view_to_tpu(x: Any) -> Any:
     outside the view: op_db's own tests make them on the device)."""
     if not isinstance(x, torch.Tensor) or x.layout != torch.strided or x.requires_grad:
         return to_tpu(x)
+    if x.device.type != "cpu":  # already moved (the backward sweep's _leaf("tpu"))
+        return x
     numel = x.untyped_storage().nbytes() // max(x.element_size(), 1)
     if x.is_contiguous() and x.storage_offset() == 0 and numel == x.numel():
         return to_tpu(x)
