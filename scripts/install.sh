@@ -17,7 +17,7 @@ fi
 
 PY="${PYTHON:-python3}"
 # torch is pinned: any range would pull a multi-GB CUDA build.
-"$PY" -m pip install -q torch==2.13.0 xla-cpu-pjrt numpy pytest expecttest
+"$PY" -m pip install -q torch==2.13.0 xla-cpu-pjrt numpy pytest expecttest pytest-xdist==3.6.1 execnet==2.1.1
 # Hugging Face stack (tests/hf, demo/hf_generate.py); exact pins resolved
 # against torch==2.13.0 (none of them pulls another torch).
 "$PY" -m pip install -q torch==2.13.0 transformers==5.24.0 accelerate==1.15.0 \
