@@ -28,6 +28,7 @@ import pytest
 import torch
 import torch_tpu  # noqa: F401
 from torch.utils import _pytree as pytree
+from torch_tpu.tools.opinfo_compare import grad_leaf
 
 from test_opinfo import (MODEL_OPS, _as_tree, _complex_sample, _fallbacks, _op_id, _parse,
                          _random_sample, _tolerance, new_row, op_db, verdict)
@@ -195,17 +196,6 @@ def _cases() -> list[Any]:
     return cases
 
 
-def _leaf(device: str):
-    def f(x: Any) -> Any:
-        if not isinstance(x, torch.Tensor):
-            return x
-        t = x.detach().to(device)
-        if device == "cpu":
-            t = t.clone()  # a fresh leaf: some samples share tensors between calls
-        return t.requires_grad_(x.requires_grad)
-    return f
-
-
 def _grad_inputs(sample: Any) -> list[torch.Tensor]:
     leaves = pytree.tree_leaves((sample.input, sample.args, sample.kwargs))
     return [t for t in leaves if isinstance(t, torch.Tensor) and t.requires_grad]
@@ -249,8 +239,8 @@ def test_opinfo_grad(op: Any, dname: str, opinfo_grad_results: dict) -> None:
         if _random_sample(sample) or _complex_sample(sample):
             row["skipped"] += 1
             continue
-        cpu_sample = sample.transform(_leaf("cpu"))
-        tpu_sample = sample.transform(_leaf("tpu"))
+        cpu_sample = sample.transform(grad_leaf("cpu"))
+        tpu_sample = sample.transform(grad_leaf("tpu"))
         if "device" in tpu_sample.kwargs:
             tpu_sample.kwargs["device"] = "tpu"
         try:

@@ -16,7 +16,7 @@ from torch.utils import _pytree as pytree
 
 import torch_tpu  # noqa: F401  (registers the device)
 
-from .opinfo_compare import (as_tree, closer_to_exact, compare, fallbacks, fell_back,
+from .opinfo_compare import (as_tree, closer_to_exact, compare, fallbacks, fell_back, grad_leaf,
                              float64_result, op_id, random_sample, to_cpu, to_tpu)
 
 _PROTO = "@@opdb "
@@ -52,7 +52,7 @@ def _view_to_tpu(x: Any) -> Any:
     outside the view: op_db's own tests make them on the device)."""
     if not isinstance(x, torch.Tensor) or x.layout != torch.strided or x.requires_grad:
         return to_tpu(x)
-    if x.device.type != "cpu":  # already moved (the backward sweep's _leaf("tpu"))
+    if x.device.type != "cpu":  # already moved (the backward sweep's grad_leaf("tpu"))
         return x
     numel = x.untyped_storage().nbytes() // max(x.element_size(), 1)
     if x.is_contiguous() and x.storage_offset() == 0 and numel == x.numel():
@@ -247,17 +247,6 @@ def _forward_sample(op: Any, sample: Any, dname: str, used: set[str]) -> tuple[s
 
 # ----------------------------------------------------------------------------- backward
 
-def _leaf(device: str):
-    def f(x: Any) -> Any:
-        if not isinstance(x, torch.Tensor):
-            return x
-        t = x.detach().to(device)
-        if device == "cpu":
-            t = t.clone()  # a fresh leaf: some samples share tensors between calls
-        return t.requires_grad_(x.requires_grad)
-    return f
-
-
 def _grad_run(op: Any, sample: Any, cotangents: list | None, device: str) -> tuple[Any, Any]:
     out = sample.output_process_fn_grad(_call(op, sample))
     outs = [t for t in pytree.tree_leaves(as_tree(out))
@@ -279,7 +268,8 @@ def _backward_sample(op: Any, sample: Any, dname: str, used: set[str]) -> tuple[
         return "skip", "random by keyword (dropout_p)"
     if _names_cpu(sample):
         return "skip", "the sample asks for a CPU result"
-    cpu_sample, tpu_sample = sample.transform(_leaf("cpu")), _on_tpu(sample.transform(_leaf("tpu")))
+    cpu_sample = sample.transform(grad_leaf("cpu"))
+    tpu_sample = _on_tpu(sample.transform(grad_leaf("tpu")))
     try:
         if any(t.layout != torch.strided for t in _tensors(_call(op, sample.transform(_clone)))):
             return "sparse", "sparse result layout"
@@ -296,8 +286,8 @@ def _backward_sample(op: Any, sample: Any, dname: str, used: set[str]) -> tuple[
             if "cpu" not in str(e):
                 raise
             # An argument that must stay on CPU (see _forward_sample): only the input moves.
-            only_input = sample.transform(_leaf("cpu"))
-            only_input.input = _leaf("tpu")(sample.input)
+            only_input = sample.transform(grad_leaf("cpu"))
+            only_input.input = grad_leaf("tpu")(sample.input)
             _, actual = _grad_run(op, only_input, cotangents, "tpu")
     except Exception as e:
         used |= fell_back(before)
@@ -312,7 +302,7 @@ def _backward_sample(op: Any, sample: Any, dname: str, used: set[str]) -> tuple[
         return "pass", ""
     except AssertionError as err:
         first = str(err).strip().splitlines()[0][:160]
-    if _random_entry(op, sample.transform(_leaf("cpu"))):
+    if _random_entry(op, sample.transform(grad_leaf("cpu"))):
         return "skip", "random op: gradients depend on the draw"
     return "fail", "grad: " + first
 

@@ -41,6 +41,19 @@ def to_cpu(x: Any) -> Any:
     return x.cpu() if isinstance(x, torch.Tensor) else x
 
 
+def grad_leaf(device: str):
+    """A sample transform: each tensor as a fresh autograd leaf on `device`
+    (cloned on CPU: some samples share tensors between calls)."""
+    def f(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return x
+        t = x.detach().to(device)
+        if device == "cpu":
+            t = t.clone()
+        return t.requires_grad_(x.requires_grad)
+    return f
+
+
 def fallbacks() -> dict[str, int]:
     """CPU-fallback counts by op name (torch_tpu.debug.stats()['fallbacks'])."""
     return dict(torch_tpu.debug.stats()["fallbacks"])
