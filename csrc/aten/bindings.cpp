@@ -212,6 +212,12 @@ PYBIND11_MODULE(_C, m) {
     if (!s->buffer) return -1;
     return GetRuntime().DeviceIndexOf(*s->buffer);
   });
+  // The bucket shape a dynamic op's result keeps its buffer at (runtime.h;
+  // empty: the buffer holds exactly the storage's elements).
+  m.def("_padded_shape", [](const at::Tensor& t) {
+    TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1, "_padded_shape: not a tpu tensor");
+    return torch_tpu::aten::StorageOf(t)->padded_shape;
+  });
   m.def("_api_version", [] {
     const auto& api = GetRuntime().client().api();
     return py::make_tuple(api.major_version(), api.minor_version());

@@ -127,6 +127,10 @@ Plan PlanCall(const OpDesc& desc, const c10::FunctionSchema& schema,
 // Adds fresh-output destinations, RNG states and the written-storage list.
 void FinishPlan(Call& call, const std::vector<c10::IValue>& args);
 hlo::TensorType ParamType(const Plan& plan, const Param& q);
+// A padded storage's real and padded shapes, for the key of a plan that
+// takes it as a parameter (its type is the padded numel); nothing for an
+// exact buffer.
+void AppendCapacityKey(const runtime::DeviceStorage& s, std::string* key);
 runtime::LaunchParam LaunchValue(const Plan& plan, const Param& q);
 
 // ---- stage 2: outputs (call_outputs.cpp). Returns false when `args` changed

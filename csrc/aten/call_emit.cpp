@@ -13,9 +13,20 @@ using lowering::Arg;
 
 namespace {
 
+// Storage `s`'s value: its parameter, or the real elements of a padded one
+// (runtime.h: the front of each dim of its padded shape), flat.
+Value StorageValue(const Plan& plan, hlo::Builder& b, const std::vector<Value>& params, size_t s) {
+  Value v = params[plan.storage_param[s]];
+  const runtime::DeviceStorage& st = *plan.storages[s];
+  if (!st.padded() || v.rank() != 1 || v.shape()[0] == st.numel()) return v;
+  std::vector<int64_t> start(st.real_shape.size(), 0), step(st.real_shape.size(), 1);
+  v = b.Slice(b.Reshape(v, st.padded_shape), start, st.real_shape, step);
+  return b.Reshape(v, {st.numel()});
+}
+
 Value Read(const Plan& plan, hlo::Builder& b, const std::vector<Value>& params, int idx) {
   const TensorIn& in = plan.inputs[idx];
-  Value storage = params[plan.storage_param[in.storage]];
+  Value storage = StorageValue(plan, b, params, in.storage);
   Value offset = in.offset_param >= 0 ? params[in.offset_param] : Value();
   return lowering::ReadView(b, storage, offset, in.geometry);
 }
@@ -89,8 +100,8 @@ Emitted EmitCall(const Call& call, hlo::Builder& b, const std::vector<Value>& pa
     ctx.outputs.push_back(TensorType{ToElementType(s.dtype, name.c_str()), s.sizes});
   std::vector<Value> results = DefinedResults(call, call.desc->rule->rule(ctx, RuleArgs(plan, b, params, reads)));
   std::vector<Value> current(plan.storages.size());
-  for (size_t s = 0; s < plan.storages.size(); ++s)
-    if (plan.storage_param[s] >= 0) current[s] = params[plan.storage_param[s]];
+  for (size_t s : call.written)
+    if (plan.storage_param[s] >= 0) current[s] = StorageValue(plan, b, params, s);
   Emitted e;
   for (size_t i = 0; i < call.specs.size(); ++i) {
     Value v = results[i];

@@ -19,7 +19,9 @@ namespace {
 // stays pending when the op is recorded too; otherwise it gets a buffer.
 void PrepareForOp(DeviceStorage* s, ElementType t) {
   if (PendingUsable(s, t)) return;
-  PrepareStorage(s, t);
+  // A fused chain aliases its parameters to results of numel() elements: a
+  // padded buffer is compacted there; strict eager reads its prefix.
+  PrepareStorage(s, t, /*keep_capacity=*/!Recording());
 }
 
 size_t StorageIndex(Plan& p, DeviceStorage* s) {
@@ -71,6 +73,7 @@ int AddTensor(Plan& p, const at::Tensor& t, const std::string& op) {
   p.key += hlo::Name(dtype);
   size_t span_begin = p.key.size();
   in.geometry.AppendKey(&p.key);
+  AppendCapacityKey(*s, &p.key);
   if (DynamicShapesActive())  // dynamic.h: only dynamic.cpp's signatures read the spans
     p.geometry_spans.emplace_back(span_begin, p.key.size());
   p.inputs.push_back(std::move(in));
@@ -302,6 +305,7 @@ void PlanDestinations(Plan& plan, const OpDesc& desc, const std::vector<c10::IVa
     plan.key += 'W';
     plan.key += std::to_string(d.storage);
     d.geometry.AppendKey(&plan.key);
+    if (!d.geometry.whole) AppendCapacityKey(*s, &plan.key);
     plan.dests.push_back(d);
   }
 }
@@ -445,10 +449,18 @@ void FinishPlan(Call& call, const std::vector<c10::IValue>& args) {
       call.written.push_back(d.storage);
 }
 
+void AppendCapacityKey(const DeviceStorage& s, std::string* key) {
+  if (!s.padded()) return;
+  *key += 'c';
+  *key += hlo::Ints(s.real_shape);
+  *key += '/';
+  *key += hlo::Ints(s.padded_shape);
+}
+
 TensorType ParamType(const Plan& plan, const Param& q) {
   switch (q.kind) {
     case Param::Kind::Storage:
-      return {plan.storages[q.storage]->dtype, {plan.storages[q.storage]->numel()}};
+      return {plan.storages[q.storage]->dtype, {plan.storages[q.storage]->buffer_numel()}};
     case Param::Kind::Offset:
       return {ElementType::I64, {}};
     case Param::Kind::Rng:

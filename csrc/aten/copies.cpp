@@ -26,8 +26,8 @@ at::Tensor ToCpu(const at::Tensor& src) {
   }
   at::Tensor out = at::empty(s.sizes(), s.options().device(at::kCPU));
   if (s.numel() == 0) return out;
-  PrepareStorage(storage, t);
-  GetRuntime().Download(*storage->buffer, out.data_ptr(), out.nbytes());
+  PrepareStorage(storage, t, /*keep_capacity=*/true);
+  DownloadStorage(*storage, out.data_ptr());
   return out;
 }
 
@@ -41,7 +41,7 @@ void FromCpu(const at::Tensor& src, const at::Tensor& dst) {
   lowering::ViewGeometry g = GeometryOf(dst);
   if (g.whole) {
     storage->dtype = t;
-    storage->buffer = GetRuntime().Upload(host.data_ptr(), t, {host.numel()}, storage->device);
+    storage->Set(GetRuntime().Upload(host.data_ptr(), t, {host.numel()}, storage->device));
     return;
   }
   // Upload into a dense temporary, then write it through the view.

@@ -184,7 +184,7 @@ std::vector<at::Tensor> RunCustomModule(const std::string& key, const std::strin
                                                    .device(c10::DeviceType::PrivateUse1, device));
     DeviceStorage* s = StorageOf(t);
     s->dtype = outputs[i].dtype;
-    s->buffer = outs.at(i);
+    s->Set(outs.at(i));
     results.push_back(t);
   }
   return results;

@@ -360,6 +360,7 @@ std::string DynamicKey(const std::string& sig, const Plan& plan,
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     if (!AnyDynamic(dyn[i])) {
       plan.inputs[i].geometry.AppendKey(&key);
+      AppendCapacityKey(*plan.storages[plan.inputs[i].storage], &key);
     } else {
       for (size_t d = 0; d < bucket[i].size(); ++d)
         key += (dyn[i][d] ? "<" : "") + std::to_string(bucket[i][d]) + ",";
@@ -401,9 +402,9 @@ std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle&
 
 Value I32(hlo::Builder& b, int64_t v) { return b.ConstantInt(ElementType::I32, v); }
 
-// A dynamic input read out of its padded storage (the bucket's sizes, real
-// elements at the front of each dim): a static reshape, then the runtime
-// size of each dynamic dim (no data moves).
+// A dynamic input read out of its storage buffer (runtime.h: the bucket's
+// sizes, the real elements at the front of each dim): a static reshape, then
+// the runtime size of each dynamic dim (no data moves).
 Value ReadDynamic(hlo::Builder& b, Value storage, const std::vector<int64_t>& bucket,
                   const std::vector<bool>& dyn, const std::vector<Value>& size_params, size_t* next) {
   Value v = b.Reshape(storage, bucket);
@@ -412,6 +413,26 @@ Value ReadDynamic(hlo::Builder& b, Value storage, const std::vector<int64_t>& bu
   return v;
 }
 
+// A dynamic result as its storage keeps it: static at the bucket's sizes
+// (the real elements at the front of each dim, as read above), flat. XLA:CPU
+// returns a dynamic result with its sizes appended to the buffer, which no
+// executable then takes as a parameter (nor can one declare a dynamic
+// parameter: PadToStatic is missing there); gathering a dynamic dim's
+// indices 0..bound-1 one at a time makes it static without moving the real
+// elements (XLA's dynamic-dimension inference drops a dim gathered with
+// slice size 1).
+Value PadDynamic(hlo::Builder& b, Value v, const std::vector<bool>& dyn) {
+  for (size_t d = 0; d < dyn.size(); ++d) {
+    if (!dyn[d]) continue;
+    Value rows = b.Iota(hlo::TensorType{ElementType::I32, {v.shape()[d], 1}}, 0);
+    Value g = b.Gather(v, rows, {static_cast<int64_t>(d)});  // dim d first
+    std::vector<int64_t> perm;
+    for (size_t i = 0; i < dyn.size(); ++i)
+      perm.push_back(i < d ? static_cast<int64_t>(i) + 1 : (i == d ? 0 : static_cast<int64_t>(i)));
+    v = b.Transpose(g, perm);
+  }
+  return b.Reshape(v, {v.type.numel()});
+}
 
 std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
                                const std::vector<OutputSpec>& bucket_specs,
@@ -442,10 +463,7 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
     throw lowering::Unsupported("dynamic: op with device assertions or writes");
   std::vector<Value> outs;
   for (size_t k = 0; k < e.fresh_results.size(); ++k) {
-    Value v = e.fresh_results[k];
-    // A result with dynamic dims stays dynamic: PJRT hands it back packed
-    // (its real elements in order: a prefix of the bucket-sized buffer).
-    outs.push_back(v);
+    outs.push_back(PadDynamic(b, e.fresh_results[k], dc.out_dynamic[k]));
   }
   b.Return(outs);
   return b.ToText();
@@ -481,35 +499,24 @@ DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const 
   return &(State().executables[key] = std::move(dc));
 }
 
-// Host side of the boundary: a tensor of `sizes` with `real` at the front of
-// each dim (zeros after) and the inverse, the front of `padded`.
-at::Tensor Front(const at::Tensor& padded, const std::vector<int64_t>& real) {
-  at::Tensor v = padded;
-  for (size_t d = 0; d < real.size(); ++d) v = v.narrow(static_cast<int64_t>(d), 0, real[d]);
-  return v;
-}
-
-// An input storage's value copied into a zero-padded buffer of the bucket's
-// sizes (flat), through the host.
-pjrt::BufferPtr PaddedCopy(const runtime::DeviceStorage* s, const std::vector<int64_t>& real,
-                           const std::vector<int64_t>& bucket, int device) {
-  auto& rt = GetRuntime();
-  auto opts = at::TensorOptions().dtype(ToScalarType(s->dtype));
-  at::Tensor value = at::empty(real, opts);
-  rt.Download(*s->buffer, value.data_ptr(), s->nbytes);
-  at::Tensor padded = at::zeros(bucket, opts);
-  Front(padded, real).copy_(value);
-  return rt.Upload(padded.data_ptr(), s->dtype, {padded.numel()}, device);
-}
-
-// An output's real elements: the packed prefix of the executable's
-// bucket-sized (dynamic) result.
-pjrt::BufferPtr Unpadded(const pjrt::BufferPtr& result, hlo::ElementType t,
-                         const std::vector<int64_t>& bucket, int64_t numel, int device) {
-  auto& rt = GetRuntime();
-  std::vector<uint8_t> host(static_cast<size_t>(Numel(bucket)) * hlo::ByteSize(t));
-  rt.Download(*result, host.data(), host.size());
-  return rt.Upload(host.data(), t, {numel}, device);
+// A dynamic input's storage parameter: its buffer when it already holds the
+// input padded to the bucket (a dynamic op's result). Otherwise (the first
+// dynamic op of a chain) the storage is padded first, through the host: an
+// exact buffer's type changes with every size, so a device-side pad would
+// compile per size. The storage stays padded for its next readers.
+runtime::LaunchParam PaddedParam(runtime::DeviceStorage* s, const std::vector<int64_t>& real,
+                                 const std::vector<int64_t>& bucket, int device) {
+  if (s->padded_shape != bucket || s->real_shape != real) {
+    auto opts = at::TensorOptions().dtype(ToScalarType(s->dtype));
+    at::Tensor value = at::empty(real, opts);
+    DownloadStorage(*s, value.data_ptr());
+    at::Tensor padded = at::zeros(bucket, opts);
+    at::Tensor front = padded;
+    for (size_t d = 0; d < real.size(); ++d) front = front.narrow(static_cast<int64_t>(d), 0, real[d]);
+    front.copy_(value);
+    s->SetPadded(GetRuntime().Upload(padded.data_ptr(), s->dtype, {padded.numel()}, device), real, bucket);
+  }
+  return runtime::LaunchParam::Of(s->buffer);
 }
 
 // The results of a call a hint made dynamic carry it on the dims that follow
@@ -534,9 +541,9 @@ std::vector<c10::IValue> LaunchDynamic(const Call& call, const DynamicCompiled& 
   launch.op = &call.desc->name;
   for (const Param& q : plan.params) {
     if (q.kind == Param::Kind::Storage && lay.capacity[q.storage] >= 0)
-      launch.params.push_back(runtime::LaunchParam::Of(PaddedCopy(
-          plan.storages[q.storage], plan.inputs[PaddedInputIndex(plan, q.storage)].geometry.sizes,
-          lay.in_bucket[PaddedInputIndex(plan, q.storage)], plan.device)));
+      launch.params.push_back(PaddedParam(plan.storages[q.storage],
+                                          plan.inputs[PaddedInputIndex(plan, q.storage)].geometry.sizes,
+                                          lay.in_bucket[PaddedInputIndex(plan, q.storage)], plan.device));
     else
       launch.params.push_back(LaunchValue(plan, q));
   }
@@ -549,11 +556,10 @@ std::vector<c10::IValue> LaunchDynamic(const Call& call, const DynamicCompiled& 
   for (size_t k = 0; k < call.specs.size(); ++k) {
     at::Tensor t = FreshTensor(call, k);
     runtime::DeviceStorage* s = StorageOf(t);
-    if (AnyDynamic(dc.out_dynamic[k])) {
-      s->buffer = Unpadded(outs.at(k), s->dtype, dc.out_bucket[k], s->numel(), plan.device);
-    } else {
-      s->buffer = outs.at(k);
-    }
+    if (AnyDynamic(dc.out_dynamic[k]))
+      s->SetPadded(outs.at(k), call.specs[k].sizes, dc.out_bucket[k]);
+    else
+      s->Set(outs.at(k));
     if (lay.hinted) PropagateHints(t, dc.out_dynamic[k], dc.out_bucket[k], lay.bounded);
     results.push_back(t);
   }

@@ -1,6 +1,8 @@
 // The device storage behind a tpu tensor: its view geometry, its buffer
 // (created as zeros, reinterpreted for another dtype, resized), all through
 // the one launcher.
+#include <cstring>
+
 #include "aten/tpu.h"
 #include "runtime/launcher.h"
 
@@ -45,8 +47,31 @@ lowering::ViewGeometry GeometryOf(const at::Tensor& t) {
 
 bool ReinterpretComplexStorage(DeviceStorage* s, hlo::ElementType t);  // complex.cpp
 
-void PrepareStorage(DeviceStorage* s, hlo::ElementType t) {
+// The real elements of a padded storage, packed, as a CPU tensor.
+at::Tensor RealElements(const DeviceStorage& s) {
+  auto opts = at::TensorOptions().dtype(ToScalarType(s.dtype));
+  at::Tensor padded = at::empty(s.padded_shape, opts);
+  GetRuntime().Download(*s.buffer, padded.data_ptr(), padded.nbytes());
+  at::Tensor v = padded;
+  for (size_t d = 0; d < s.real_shape.size(); ++d)
+    v = v.narrow(static_cast<int64_t>(d), 0, s.real_shape[d]);
+  return v.contiguous();
+}
+
+void CompactStorage(DeviceStorage* s) {
+  if (!s->padded()) return;
+  at::Tensor real = RealElements(*s);
+  s->Set(GetRuntime().Upload(real.data_ptr(), s->dtype, {s->numel()}, s->device));
+}
+
+void DownloadStorage(const DeviceStorage& s, void* dst) {
+  if (!s.padded()) return GetRuntime().Download(*s.buffer, dst, s.nbytes);
+  std::memcpy(dst, RealElements(s).data_ptr(), s.nbytes);
+}
+
+void PrepareStorage(DeviceStorage* s, hlo::ElementType t, bool keep_capacity) {
   if (s->pending()) FlushPending();
+  if (s->padded() && (!keep_capacity || s->dtype != t)) CompactStorage(s);
   if (s->buffer && s->dtype == t) return;
   if (!s->buffer) {
     TORCH_CHECK(s->nbytes % hlo::ByteSize(t) == 0, "tpu storage of ", s->nbytes,
@@ -64,8 +89,8 @@ void PrepareStorage(DeviceStorage* s, hlo::ElementType t) {
   TORCH_CHECK(s->nbytes % hlo::ByteSize(t) == 0, "tpu storage of ", s->nbytes,
               " bytes cannot hold elements of ", hlo::Name(t));
   s->dtype = t;
-  s->buffer = GetRuntime().Upload(bytes.data(), t,
-                                  {static_cast<int64_t>(s->nbytes / hlo::ByteSize(t))}, s->device);
+  s->Set(GetRuntime().Upload(bytes.data(), t, {static_cast<int64_t>(s->nbytes / hlo::ByteSize(t))},
+                             s->device));
 }
 
 // Replaces the storage's bytes by `newsize` bytes, keeping the common prefix.

@@ -24,7 +24,13 @@ runtime::DeviceStorage* StorageOf(const at::Tensor& t);
 lowering::ViewGeometry GeometryOf(const at::Tensor& t);
 // Ensures the storage has a buffer of dtype `t` (zeros if never written).
 // Throws lowering::Unsupported if it holds another dtype of another size.
-void PrepareStorage(runtime::DeviceStorage* s, hlo::ElementType t);
+// A bucket-sized (padded) buffer is compacted to exactly the storage's
+// elements unless `keep_capacity` (strict-eager plans read its prefix).
+void PrepareStorage(runtime::DeviceStorage* s, hlo::ElementType t, bool keep_capacity = false);
+// A padded buffer replaced by one of exactly the storage's elements.
+void CompactStorage(runtime::DeviceStorage* s);
+// The storage's nbytes (padded or not) into `dst`.
+void DownloadStorage(const runtime::DeviceStorage& s, void* dst);
 
 int CurrentDevice();
 void SetCurrentDevice(int device);

@@ -91,7 +91,7 @@ std::vector<pjrt::BufferPtr> Run(Runtime& rt, const Launch& l) {
     throw pjrt::Error("executable returned " + std::to_string(outs.size()) + " results, expected " +
                       std::to_string(taken + checks));
   for (size_t k = 0; k < taken; ++k) {
-    l.results[k]->buffer = outs[k];
+    l.results[k]->Set(outs[k]);
     if (k < l.result_types.size()) l.results[k]->dtype = l.result_types[k];
   }
   for (size_t c = 0; c < checks; ++c) rt.AddAssertion(outs[taken + c], (*l.checks)[c]);

@@ -26,17 +26,42 @@ pjrt::BufferType ToPjrt(hlo::ElementType t);
 // The bytes of one PyTorch storage on one device. The current value is an
 // immutable PJRT buffer holding a 1-D array of `dtype` covering all bytes;
 // writes replace it. No buffer yet means never written (reads see zeros).
+// A bounded-dynamic op's result keeps its bucket-sized buffer: `padded_shape`
+// (the bucket), the real `real_shape` elements at the front of each dim (row
+// major), so the next dynamic op takes it as it is. Strict-eager plans slice
+// the real elements out; everything else compacts it first (PrepareStorage).
+// nbytes stays PyTorch's size.
 struct DeviceStorage {
   int device = 0;
   size_t nbytes = 0;
   hlo::ElementType dtype = hlo::ElementType::U8;
   pjrt::BufferPtr buffer;
+  std::vector<int64_t> padded_shape, real_shape;  // empty: buffer holds exactly numel()
   // Fused eager: the storage's new value is the value with this id in the
   // module being recorded (a 1-D array of `dtype`, numel() elements); buffer
   // is stale until the recording is flushed. -1: not pending.
   int pending_value = -1;
   bool pending() const { return pending_value >= 0; }
   int64_t numel() const { return static_cast<int64_t>(nbytes / hlo::ByteSize(dtype)); }
+  bool padded() const { return !padded_shape.empty(); }
+  int64_t buffer_numel() const {
+    int64_t n = 1;
+    for (int64_t d : padded_shape) n *= d;
+    return padded() ? n : numel();
+  }
+  // The storage's new value: `b` holds exactly numel() elements, or (padded)
+  // a row-major `padded` array with the real `real` elements at the front of
+  // each dim.
+  void Set(pjrt::BufferPtr b) {
+    buffer = std::move(b);
+    padded_shape.clear();
+    real_shape.clear();
+  }
+  void SetPadded(pjrt::BufferPtr b, std::vector<int64_t> real, std::vector<int64_t> padded) {
+    buffer = std::move(b);
+    real_shape = std::move(real);
+    padded_shape = std::move(padded);
+  }
 };
 
 struct Stats {
