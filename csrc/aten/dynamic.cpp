@@ -499,6 +499,33 @@ DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const 
   return &(State().executables[key] = std::move(dc));
 }
 
+// A padded layout (real sizes at the front of each padded dim) as runs of
+// (real, padded) elements: size-1 dims dropped, an unpadded dim folded into
+// the one outside it (its rows stay contiguous in both).
+std::vector<std::pair<int64_t, int64_t>> LayoutRuns(const std::vector<int64_t>& real,
+                                                    const std::vector<int64_t>& padded) {
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  for (size_t d = 0; d < real.size(); ++d) {
+    if (padded[d] == 1) continue;
+    if (real[d] == padded[d] && !runs.empty()) {
+      runs.back().first *= real[d];
+      runs.back().second *= padded[d];
+    } else {
+      runs.emplace_back(real[d], padded[d]);
+    }
+  }
+  return runs;
+}
+
+// Whether two padded layouts put every real element at the same place (a
+// reshape that splits or merges unpadded dims: a linear's [b, s, h*d] result
+// read as [b, s, h, d] heads).
+bool SameLayout(const std::vector<int64_t>& real_a, const std::vector<int64_t>& padded_a,
+                const std::vector<int64_t>& real_b, const std::vector<int64_t>& padded_b) {
+  if (padded_a.empty() || padded_b.empty()) return false;
+  return LayoutRuns(real_a, padded_a) == LayoutRuns(real_b, padded_b);
+}
+
 // A dynamic input's storage parameter: its buffer when it already holds the
 // input padded to the bucket (a dynamic op's result). Otherwise (the first
 // dynamic op of a chain) the storage is padded first, through the host: an
@@ -506,7 +533,7 @@ DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const 
 // compile per size. The storage stays padded for its next readers.
 runtime::LaunchParam PaddedParam(runtime::DeviceStorage* s, const std::vector<int64_t>& real,
                                  const std::vector<int64_t>& bucket, int device) {
-  if (s->padded_shape != bucket || s->real_shape != real) {
+  if (!SameLayout(s->real_shape, s->padded_shape, real, bucket)) {
     auto opts = at::TensorOptions().dtype(ToScalarType(s->dtype));
     at::Tensor value = at::empty(real, opts);
     DownloadStorage(*s, value.data_ptr());

@@ -58,10 +58,30 @@ at::Tensor RealElements(const DeviceStorage& s) {
   return v.contiguous();
 }
 
+// On the device: the reader (a fused chain, a compiled graph, a jax_op, a
+// dtype view) compiles for this exact shape anyway, and a host round trip
+// would stall the queue on every call.
 void CompactStorage(DeviceStorage* s) {
   if (!s->padded()) return;
-  at::Tensor real = RealElements(*s);
-  s->Set(GetRuntime().Upload(real.data_ptr(), s->dtype, {s->numel()}, s->device));
+  hlo::ElementType t = s->dtype;
+  auto& rt = GetRuntime();
+  std::string key = std::string("compact|") + hlo::Name(t) + "|" + hlo::Ints(s->real_shape) + "|" +
+                    hlo::Ints(s->padded_shape);
+  auto exe = rt.GetOrCompile(key, s->device, [&] {
+    hlo::Builder b("compact");
+    hlo::Value x = b.Reshape(b.Parameter({t, {s->buffer_numel()}}), s->padded_shape);
+    std::vector<int64_t> start(s->real_shape.size(), 0), step(s->real_shape.size(), 1);
+    b.Return({b.Reshape(b.Slice(x, start, s->real_shape, step), {s->numel()})});
+    return b.ToText();
+  });
+  static const std::string op = "compact padded storage";
+  runtime::Launch launch;
+  launch.exe = exe.get();
+  launch.device = s->device;
+  launch.op = &op;
+  launch.params = {runtime::LaunchParam::Of(s->buffer)};
+  launch.results = {s};
+  runtime::Run(rt, launch);
 }
 
 void DownloadStorage(const DeviceStorage& s, void* dst) {
