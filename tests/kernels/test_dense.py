@@ -81,6 +81,19 @@ def test_rope_add_rms_norm_and_gated_mlp_forward_backward_float32() -> None:
     cos, sin = ml.LlamaRotaryEmbedding(LlamaConfig(hidden_size=32, num_attention_heads=4))(q, pos)
     _both(lambda *a: dense.rotary_pos_emb(*a, cos.to("tpu"), sin.to("tpu")),
           lambda *a: ml.apply_rotary_pos_emb(*a, cos, sin), q, k)
+    cfg = LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                      attention_bias=True)  # Qwen2-style biases
+    torch.manual_seed(0)
+    attn_ref = ml.LlamaAttention(cfg, 0)
+    attn = ml.LlamaAttention(cfg, 0).to("tpu")
+    attn.load_state_dict(attn_ref.state_dict())
+
+    def qkv_ref(x):
+        split = [m(x).view(2, 5, -1, 8).transpose(1, 2)
+                 for m in (attn_ref.q_proj, attn_ref.k_proj, attn_ref.v_proj)]
+        return (*ml.apply_rotary_pos_emb(split[0], split[1], cos, sin), split[2])
+    _both(lambda x: dense.qkv_rope(attn, x, cos.to("tpu"), sin.to("tpu")), qkv_ref,
+          _randn(2, 5, 32, seed=7))
     _both(lambda x, r, w: dense.add_rms_norm(x, r, w, 1e-5), _add_norm_ref,
           _randn(3, 4, 16, seed=3), _randn(3, 4, 16, seed=4), _randn(16, seed=2))
     for act, bias in [("silu", False), ("gelu_pytorch_tanh", True)]:  # SwiGLU, GeGLU
@@ -185,3 +198,31 @@ def test_kernelize_dense_training_gradients_and_torch_compile() -> None:
     assert st["fallback_graphs"] == 0 and st["native_graphs"] == st["graphs"] >= 1, st
     with torch.no_grad():
         torch.testing.assert_close(out, ref.model.layers[0](h, position_embeddings=(cos, sin)), **F32)
+
+
+def test_rotary_pos_emb_function_hook_through_kernels() -> None:
+    """Transformers' ``@use_kernel_forward_from_hub("rotary_pos_emb")`` on a
+    function (+ ``use_kernelized_func``), as wired with kernels >= 0.18.2: the
+    mapping swaps in the fused RoPE op."""
+    from kernels import Mode, kernelize, use_kernel_forward_from_hub, use_kernelized_func
+    from kernels import use_kernel_mapping
+
+    rope = use_kernel_forward_from_hub("rotary_pos_emb")(ml.apply_rotary_pos_emb)
+
+    @use_kernelized_func(rope)
+    class Rotate(torch.nn.Module):
+        def forward(self, q, k, cos, sin):
+            return rope(q, k, cos, sin)
+
+    q, k = _randn(2, 4, 5, 8), _randn(2, 2, 5, 8, seed=1)
+    cos, sin = ml.LlamaRotaryEmbedding(LlamaConfig(hidden_size=32, num_attention_heads=4))(
+        q, torch.arange(5)[None].expand(2, 5))
+    model = Rotate()
+    with use_kernel_mapping(dense.kernel_mapping()):
+        kernelize(model, device="tpu", mode=Mode.INFERENCE)
+    before = torch_tpu.debug.stats()["native_ops"].get("jax_op", 0)
+    with native():
+        out = model(*(t.to("tpu") for t in (q, k, cos, sin)))
+    assert torch_tpu.debug.stats()["native_ops"].get("jax_op", 0) == before + 1
+    for o, r in zip(out, ml.apply_rotary_pos_emb(q, k, cos, sin)):
+        torch.testing.assert_close(o.cpu(), r, **F32)

@@ -4,6 +4,9 @@ Each is ONE ``torch.tpu.pallas.jax_op`` (backward through ``jax.vjp``):
 
 - ``torch_tpu_kernels::rotary_pos_emb(q, k, cos, sin, unsqueeze_dim)``: the
   rotation of Transformers' ``apply_rotary_pos_emb`` for q and k at once;
+- ``torch_tpu_kernels::qkv_rope(x, w_q, w_k, w_v, biases, cos, sin, head_dim)``:
+  the q / k / v projections split into heads, RoPE on q and k (the attention
+  layer's whole prologue);
 - ``torch_tpu_kernels::add_rms_norm(x, residual, weight, eps)``: ``s = residual
   + x`` and ``weight * rms_normalize(s)`` (float32 statistics, rounded to the
   input dtype as LlamaRMSNorm does), returning (normalized, s);
@@ -23,9 +26,9 @@ selects the fused attention (:mod:`torch_tpu.hub_kernels.attention`)::
     from torch_tpu.hub_kernels import dense
     dense.kernelize_dense(model)          # model on tpu; inference or training
 
-Per decoder layer the result runs: the fused RMSNorm, the q/k/v projections,
-ONE RoPE op, the cache update, ONE attention op, the output projection, ONE
-add + RMSNorm op, ONE MLP op (with the residual add).
+Per decoder layer the result runs: the fused RMSNorm, ONE q/k/v-projection +
+RoPE op, the cache update, ONE attention op, the output projection, ONE add +
+RMSNorm op, ONE MLP op (with the residual add).
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ from typing import Any, Optional
 
 import torch
 
-__all__ = ["rotary_pos_emb", "add_rms_norm", "gated_mlp", "mlp_activation", "kernelize_dense",
+__all__ = ["rotary_pos_emb", "qkv_rope", "add_rms_norm", "gated_mlp", "mlp_activation", "kernelize_dense",
            "DENSE_REPO"]
 
 #: The local kernel repository with the dense layers.
@@ -64,13 +67,15 @@ def _ops() -> tuple:
         h = x.shape[-1] // 2
         return jnp.concatenate([-x[..., h:], x[..., :h]], axis=-1)
 
+    def rotate(x: Any, c: Any, s: Any) -> Any:
+        dt = jnp.result_type(x, c)
+        return (x * c).astype(dt) + (rotate_half(x) * s).astype(dt)
+
     @jax_op("torch_tpu_kernels::rotary_pos_emb")
     def rope(q: jax.Array, k: jax.Array, cos: jax.Array, sin: jax.Array,
              unsqueeze_dim: int) -> tuple[jax.Array, jax.Array]:
         c, s = jnp.expand_dims(cos, unsqueeze_dim), jnp.expand_dims(sin, unsqueeze_dim)
-        dt_q, dt_k = jnp.result_type(q, c), jnp.result_type(k, c)
-        return ((q * c).astype(dt_q) + (rotate_half(q) * s).astype(dt_q),
-                (k * c).astype(dt_k) + (rotate_half(k) * s).astype(dt_k))
+        return rotate(q, c, s), rotate(k, c, s)
 
     @jax_op("torch_tpu_kernels::add_rms_norm")
     def add_norm(x: jax.Array, residual: jax.Array, weight: jax.Array,
@@ -95,7 +100,18 @@ def _ops() -> tuple:
         y = linear(h, w_down, b_down)
         return y if residual is None else residual + y
 
-    return rope, add_norm, mlp
+    @jax_op("torch_tpu_kernels::qkv_rope")
+    def qkv_rope(x: jax.Array, w_q: jax.Array, w_k: jax.Array, w_v: jax.Array,
+                 b_q: Optional[jax.Array], b_k: Optional[jax.Array], b_v: Optional[jax.Array],
+                 cos: jax.Array, sin: jax.Array,
+                 head_dim: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+        def heads(y: Any) -> Any:  # (B, S, N * D) -> (B, N, S, D)
+            return jnp.transpose(y.reshape(y.shape[:2] + (-1, head_dim)), (0, 2, 1, 3))
+        q, k, v = (heads(linear(x, w, b)) for w, b in ((w_q, b_q), (w_k, b_k), (w_v, b_v)))
+        c, s = cos[:, None], sin[:, None]
+        return rotate(q, c, s), rotate(k, c, s), v
+
+    return rope, add_norm, mlp, qkv_rope
 
 
 def _ensure() -> None:
@@ -111,6 +127,20 @@ def rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: tor
                          f"whole (even) head_dim of q {tuple(q.shape)}; partial rotary is not fused")
     _ensure()
     return torch.ops.torch_tpu_kernels.rotary_pos_emb(q, k, cos, sin, int(unsqueeze_dim))
+
+
+def qkv_rope(attn: torch.nn.Module, hidden_states: torch.Tensor, cos: torch.Tensor,
+             sin: torch.Tensor) -> tuple:
+    """The q / k / v projections of a Llama-style attention module, split into
+    heads (B, N, S, D), with RoPE applied to q and k: ONE op (no strided views
+    to copy, no separate rotary op)."""
+    if cos.shape[-1] != attn.head_dim or hidden_states.dim() != 3:
+        raise ValueError(f"torch_tpu qkv_rope: hidden states {tuple(hidden_states.shape)} must be "
+                         f"(B, S, hidden) and cos {tuple(cos.shape)} cover head_dim {attn.head_dim}")
+    _ensure()
+    p = (attn.q_proj, attn.k_proj, attn.v_proj)
+    return torch.ops.torch_tpu_kernels.qkv_rope(hidden_states, *(m.weight for m in p),
+                                                *(m.bias for m in p), cos, sin, int(attn.head_dim))
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
@@ -184,7 +214,9 @@ def _layer_for(module: torch.nn.Module) -> Optional[str]:
 
 
 def kernel_mapping() -> dict:
-    """layer name -> {"tpu": {Mode: LocalLayerRepository}} for every dense layer."""
+    """layer name -> {"tpu": {Mode: LocalLayerRepository}} for every dense layer,
+    plus ``rotary_pos_emb`` (Transformers' function hook on ``apply_rotary_pos_emb``,
+    live with ``kernels`` >= 0.18.2) -> ``RotaryPosEmb``."""
     from kernels import LocalLayerRepository, Mode
 
     from . import RMS_NORM_REPO
@@ -192,10 +224,10 @@ def kernel_mapping() -> dict:
     modes = [Mode.INFERENCE, Mode.TRAINING, Mode.INFERENCE | Mode.TORCH_COMPILE,
              Mode.TRAINING | Mode.TORCH_COMPILE]
     out = {}
-    for layer in _LAYERS:
+    for hook, layer in [(name, name) for name in _LAYERS] + [("rotary_pos_emb", "RotaryPosEmb")]:
         path = RMS_NORM_REPO if layer == "RMSNorm" else DENSE_REPO
         repo = LocalLayerRepository(repo_path=path, layer_name=layer)
-        out[layer] = {"tpu": {m: repo for m in modes}}
+        out[hook] = {"tpu": {m: repo for m in modes}}
     return out
 
 

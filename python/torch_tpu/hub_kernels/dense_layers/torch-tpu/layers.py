@@ -36,7 +36,7 @@ class GatedMLP(nn.Module):
 
 
 class RopeAttention(nn.Module):
-    """Llama-style attention: q/k/v projections, ONE RoPE op, the cache update,
+    """Llama-style attention: q/k/v projections and RoPE as ONE op, the cache update,
     the configured attention function (``torch_tpu_attention`` after
     ``kernelize_dense``: ONE op), the output projection."""
 
@@ -46,12 +46,8 @@ class RopeAttention(nn.Module):
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, cache=None,
                 **kwargs):
         input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.head_dim)
-        q = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        k = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        v = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         cos, sin = position_embeddings
-        q, k = dense.rotary_pos_emb(q, k, cos, sin)
+        q, k, v = dense.qkv_rope(self, hidden_states, cos, sin)
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx, kwargs=kwargs)
         window = _sliding_window(self)
