@@ -10,7 +10,8 @@ run. Tokens must be equal across all.
     python benchmarks/dense_decode.py [--batch 1 8 64] [--steps 16]
 
 Warm numbers: each configuration decodes once to compile, then is timed.
-The cache is Transformers' default DynamicCache.
+The cache is Transformers' default DynamicCache. PyTorch CPU eager runs with
+torch's default intra-op threads (the "vs CPU" baseline) and with one thread.
 """
 from __future__ import annotations
 
@@ -92,6 +93,10 @@ def main() -> None:
         torch.manual_seed(1)
         ids = torch.randint(0, VOCAB, (batch, args.prompt))
         ref, cpu_dt, _, _ = _decode(cpu_model, ids, args.steps, "cpu")
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # on a shared machine, intra-op threads can stall each other
+        one, cpu1_dt, _, _ = _decode(cpu_model, ids, args.steps, "cpu")
+        torch.set_num_threads(threads)
         rows = []
         for name, model, impl, fuse in _configurations(default, kernels):
             model.set_attn_implementation(impl)
@@ -100,8 +105,11 @@ def main() -> None:
                 toks, dt, execs, ops = _decode(model, ids.to("tpu"), args.steps, "tpu")
             rows.append((name, dt, execs, ops / layers, torch.equal(toks, ref)))
         base = rows[0][1]
-        print(f"{batch:>5} {'PyTorch CPU eager (sdpa)':>31} {cpu_dt * 1e3:>9.1f} {'':>10} {'':>17} "
-              f"{base / cpu_dt:>10.2f}x {1.0:>6.2f}x ref")
+        print(f"{batch:>5} {f'PyTorch CPU eager, {threads} threads':>31} {cpu_dt * 1e3:>9.1f} {'':>10} "
+              f"{'':>17} {base / cpu_dt:>10.2f}x {1.0:>6.2f}x ref")
+        print(f"{batch:>5} {'PyTorch CPU eager, 1 thread':>31} {cpu1_dt * 1e3:>9.1f} {'':>10} {'':>17} "
+              f"{base / cpu1_dt:>10.2f}x {cpu_dt / cpu1_dt:>6.2f}x "
+              f"{'equal' if torch.equal(one, ref) else 'DIFFER'}")
         for name, dt, execs, per_layer, same in rows:
             print(f"{batch:>5} {name:>31} {dt * 1e3:>9.1f} {execs:>10.1f} {per_layer:>17.1f} "
                   f"{base / dt:>10.2f}x {cpu_dt / dt:>6.2f}x {'equal' if same else 'DIFFER'}",
