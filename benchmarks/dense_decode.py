@@ -9,13 +9,15 @@ run. Tokens must be equal across all.
 
     python benchmarks/dense_decode.py [--batch 1 8 64] [--steps 16]
 
-Warm numbers: each configuration decodes once to compile, then is timed.
+Warm numbers: each configuration decodes once to compile, then all are timed
+in ``--rounds`` round-robin rounds and the median is shown.
 The cache is Transformers' default DynamicCache. PyTorch CPU eager runs with
 torch's default intra-op threads (the "vs CPU" baseline) and with one thread.
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import torch
@@ -63,15 +65,30 @@ def _decode(model: torch.nn.Module, ids: torch.Tensor, steps: int, device: str) 
     return torch.cat(tokens, 1).cpu(), dt, execs, fused
 
 
-def _configurations(default: torch.nn.Module, kernels: torch.nn.Module) -> list:
-    """(name, model, attention implementation, fused eager) in the order they run."""
-    rows = []
+def _configurations(cpu: torch.nn.Module, default: torch.nn.Module,
+                    kernels: torch.nn.Module) -> list:
+    """(name, model, device, attention implementation, fused eager, CPU threads)."""
+    threads = torch.get_num_threads()
+    rows = [(f"PyTorch CPU eager, {threads} threads", cpu, "cpu", "sdpa", False, threads),
+            ("PyTorch CPU eager, 1 thread", cpu, "cpu", "sdpa", False, 1)]
     for fuse in (False, True):
         tag = " +fused eager" if fuse else ""
-        rows += [("default (sdpa)" + tag, default, "sdpa", fuse),
-                 ("attention kernel" + tag, default, attention.IMPLEMENTATION, fuse),
-                 ("all dense kernels" + tag, kernels, attention.IMPLEMENTATION, fuse)]
+        rows += [("default (sdpa)" + tag, default, "tpu", "sdpa", fuse, threads),
+                 ("attention kernel" + tag, default, "tpu", attention.IMPLEMENTATION, fuse, threads),
+                 ("all dense kernels" + tag, kernels, "tpu", attention.IMPLEMENTATION, fuse, threads)]
     return rows
+
+
+def _run(config: tuple, ids: torch.Tensor, steps: int) -> tuple:
+    _, model, device, impl, fuse, threads = config
+    model.set_attn_implementation(impl)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)  # on a shared machine, intra-op threads can stall each other
+    try:
+        with torch_tpu.fused(fuse):
+            return _decode(model, ids.to(device), steps, device)
+    finally:
+        torch.set_num_threads(before)
 
 
 def main() -> None:
@@ -79,40 +96,32 @@ def main() -> None:
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8, 64])
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--prompt", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     attention.register()
-    cpu_model = _model()
-    default = _model().to("tpu")
-    kernels = dense.kernelize_dense(_model().to("tpu"))
-    layers = default.config.num_hidden_layers
+    configs = _configurations(_model(), _model().to("tpu"),
+                              dense.kernelize_dense(_model().to("tpu")))
+    layers = configs[0][1].config.num_hidden_layers
     print(f"dense Llama: {layers} layers, hidden 256, MLP 768, 8 heads / 4 KV heads, vocab {VOCAB}; "
-          f"{args.steps} greedy decode steps after a {args.prompt}-token prompt (DynamicCache)")
+          f"{args.steps} greedy decode steps after a {args.prompt}-token prompt (DynamicCache); "
+          f"median of {args.rounds} round-robin rounds")
     print(f"{'batch':>5} {'implementation':>31} {'ms/step':>9} {'exec/step':>10} "
           f"{'kernel ops/layer':>17} {'vs default':>11} {'vs CPU':>7} tokens")
     for batch in args.batch:
         torch.manual_seed(1)
         ids = torch.randint(0, VOCAB, (batch, args.prompt))
-        ref, cpu_dt, _, _ = _decode(cpu_model, ids, args.steps, "cpu")
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # on a shared machine, intra-op threads can stall each other
-        one, cpu1_dt, _, _ = _decode(cpu_model, ids, args.steps, "cpu")
-        torch.set_num_threads(threads)
-        rows = []
-        for name, model, impl, fuse in _configurations(default, kernels):
-            model.set_attn_implementation(impl)
-            with torch_tpu.fused(fuse):
-                _decode(model, ids.to("tpu"), args.steps, "tpu")  # warm: compiles
-                toks, dt, execs, ops = _decode(model, ids.to("tpu"), args.steps, "tpu")
-            rows.append((name, dt, execs, ops / layers, torch.equal(toks, ref)))
-        base = rows[0][1]
-        print(f"{batch:>5} {f'PyTorch CPU eager, {threads} threads':>31} {cpu_dt * 1e3:>9.1f} {'':>10} "
-              f"{'':>17} {base / cpu_dt:>10.2f}x {1.0:>6.2f}x ref")
-        print(f"{batch:>5} {'PyTorch CPU eager, 1 thread':>31} {cpu1_dt * 1e3:>9.1f} {'':>10} {'':>17} "
-              f"{base / cpu1_dt:>10.2f}x {cpu_dt / cpu1_dt:>6.2f}x "
-              f"{'equal' if torch.equal(one, ref) else 'DIFFER'}")
-        for name, dt, execs, per_layer, same in rows:
-            print(f"{batch:>5} {name:>31} {dt * 1e3:>9.1f} {execs:>10.1f} {per_layer:>17.1f} "
-                  f"{base / dt:>10.2f}x {cpu_dt / dt:>6.2f}x {'equal' if same else 'DIFFER'}",
+        first = [_run(c, ids, args.steps) for c in configs]  # warm: compiles
+        times = [[] for _ in configs]
+        for _ in range(args.rounds):  # round-robin, so load drift hits every row alike
+            for i, c in enumerate(configs):
+                times[i].append(_run(c, ids, args.steps)[1])
+        med = [statistics.median(t) for t in times]
+        ref, base, cpu_dt = first[0][0], med[2], med[0]
+        for c, (toks, _, execs, ops), dt in zip(configs, first, med):
+            execs_s = f"{execs:>10.1f}" if c[2] == "tpu" else f"{'':>10}"
+            ops_s = f"{ops / layers:>17.1f}" if c[2] == "tpu" else f"{'':>17}"
+            print(f"{batch:>5} {c[0]:>31} {dt * 1e3:>9.1f} {execs_s} {ops_s} {base / dt:>10.2f}x "
+                  f"{cpu_dt / dt:>6.2f}x {'equal' if torch.equal(toks, ref) else 'DIFFER'}",
                   flush=True)
 
 
