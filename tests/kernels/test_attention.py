@@ -123,23 +123,25 @@ def test_bad_shapes_raise_clear_errors() -> None:
         attention.flash_attention(*_qkv(1, 2, 1, 1, 4), torch.ones(4, dtype=torch.bool))
 
 
-def _tiny_llama(**overrides):
-    from transformers import LlamaConfig, LlamaForCausalLM
+def _tiny_mistral():
+    from transformers import MistralConfig, MistralForCausalLM
 
-    cfg = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                      **overrides)
+    cfg = MistralConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                        sliding_window=4)
     torch.manual_seed(0)
-    return LlamaForCausalLM(cfg).eval()
+    return MistralForCausalLM(cfg).eval()
 
 
-def test_static_cache_generate_with_padding_equals_default() -> None:
-    """Greedy tokens with a StaticCache and a left-padded batch (the mask holds
-    the padding and the unfilled cache slots): registry path == SDPA on CPU."""
-    ref = _tiny_llama()
-    model = _tiny_llama().to("tpu")
+def test_static_cache_sliding_window_generate_with_padding_equals_default() -> None:
+    """Greedy tokens of a sliding-window (4) Mistral with a StaticCache and a
+    left-padded batch, prompt longer than the window (the mask holds the
+    window, the padding and the unfilled cache slots): registry path == SDPA
+    on CPU."""
+    ref = _tiny_mistral()
+    model = _tiny_mistral().to("tpu")
     model.set_attn_implementation(attention.register())
-    ids = torch.randint(1, 96, (2, 5), generator=torch.Generator().manual_seed(3))
+    ids = torch.randint(1, 96, (2, 7), generator=torch.Generator().manual_seed(3))
     mask = torch.ones_like(ids)
     mask[0, :2] = 0
     kw = dict(max_new_tokens=3, do_sample=False, cache_implementation="static", pad_token_id=0)
