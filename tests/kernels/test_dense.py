@@ -105,6 +105,11 @@ def test_rope_add_rms_norm_and_gated_mlp_forward_backward_float32() -> None:
 
 
 def test_bfloat16_forward() -> None:
+    q, k = _randn(1, 4, 3, 8, dtype=torch.bfloat16), _randn(1, 2, 3, 8, dtype=torch.bfloat16, seed=1)
+    cos, sin = ml.LlamaRotaryEmbedding(LlamaConfig(hidden_size=32, num_attention_heads=4))(
+        q, torch.arange(3)[None])
+    _both(lambda *a: dense.rotary_pos_emb(*a, cos.to("tpu"), sin.to("tpu")),
+          lambda *a: ml.apply_rotary_pos_emb(*a, cos, sin), q, k, tol=BF16, backward=False)
     ref, mod = _mlp("silu", False).bfloat16(), _mlp("silu", False).bfloat16().to("tpu")
     x = _randn(4, 16, dtype=torch.bfloat16)
     _both(lambda x: dense.gated_mlp(mod, x), ref, x, tol=BF16, backward=False)
@@ -155,7 +160,7 @@ def test_kernelize_dense_llama_generate_equals_default_and_runs_fewer_ops() -> N
                            (layer.mlp, "GatedMLP"), (model.model.norm, "RMSNorm")]:
         assert type(module.forward.__self__) is type(module) and \
             module.forward.__func__.__qualname__.startswith(kernel), (module, kernel)
-    kw = dict(max_new_tokens=4, do_sample=False, pad_token_id=0)  # DynamicCache
+    kw = dict(max_new_tokens=3, do_sample=False, pad_token_id=0)  # DynamicCache
     with torch.no_grad(), native():
         logits = model(ids.to("tpu")).logits.cpu()
         got = model.generate(ids.to("tpu"), **kw).cpu()
