@@ -17,6 +17,17 @@ as ONE ``torch.tpu.pallas.jax_op``, registered as a Transformers experts
 implementation (``moe.register()``, then
 ``model.set_experts_implementation("torch_tpu_fused")``).
 
+``attention`` (a module): decode attention over a KV cache and flash-style
+prefill attention, one ``jax_op`` each, registered with Transformers'
+``AttentionInterface`` (``attention.register()``, then
+``model.set_attn_implementation("torch_tpu_attention")``).
+
+``dense`` (a module) and ``dense_layers`` (a kernel repository): q/k/v
+projections + RoPE, residual add + RMSNorm and the SwiGLU / GeGLU MLP as one
+op each; ``dense.kernelize_dense(model)`` makes a Llama-style model's own
+layer classes kernelizable and runs ``kernelize(model, device="tpu")`` with
+them (and selects the attention kernel).
+
 Usage (no other change to the model code)::
 
     from kernels import Mode, kernelize, use_kernel_mapping
