@@ -7,37 +7,17 @@
 //  - linalg_solve_triangular / triangular_solve: as the real rules
 //    (triangular_solve's transpose is a plain transpose, as cpotrs' 'T');
 //  - _cholesky_solve_helper / cholesky_inverse: A = L L^H (U^H U); the L^H
-//    solves are transposed solves with conj(L);
-//  - geqrf / linalg_householder_product (orgqr) / linalg_qr / ormqr: XLA's
-//    "Qr" and "ProductOfElementaryHouseholderReflectors" custom calls.
-#include <algorithm>
+//    solves are transposed solves with conj(L).
+// QR, eigh and SVD: complex_qr_svd.cpp.
 #include <cmath>
 #include <string>
 
-#include "lowering/linalg_common.h"
+#include "lowering/complex_matrix.h"
 
 namespace torch_tpu::lowering::linalg {
 namespace {
 
-int64_t Rows(const Value& v) { return v.shape()[v.rank() - 2]; }
-
-Value Conj(Builder& b, Value x) { return b.Complex(b.Real(x), b.Unary("negate", b.Imag(x))); }
-
-// A complex64 / complex128 matrix arg, else Unsupported.
-Value ComplexMatrix(const Value& v, const std::string& op) {
-  if (v.dtype() != E::C64 && v.dtype() != E::C128) throw Unsupported(op + ": complex64/128 only");
-  if (v.rank() < 2) throw Unsupported(op + " of a tensor of rank < 2");
-  return v;
-}
-
-// The Hermitian matrix of x's lower (upper) triangle; the diagonal real.
-Value Hermitian(Builder& b, Value x, bool from_lower) {
-  Value strict = Masked(b, TriangleMask(b, x.shape(), from_lower ? "GT" : "LT"), x);
-  Value diag = Masked(b, TriangleMask(b, x.shape(), "EQ"), b.Real(x));
-  Value d = b.Complex(diag, b.Splat(diag.dtype(), 0, diag.shape()));
-  return b.Binary("add", b.Binary("add", strict, Conj(b, MT(b, strict))), d);
-}
-
+using namespace complex_matrix;  // NOLINT(build/namespaces)
 // cpotrf's info for Hermitian h: the order (1-based) of the first leading
 // minor that is not positive definite, 0 if none (elimination pivots).
 Value FirstNonPositiveMinor(Builder& b, Value h) {
@@ -155,95 +135,6 @@ std::vector<Value> CholeskyInverseRule(Context& c, const std::vector<Arg>& a) {
   return {CholeskySolve(c.b, L, eye, a.size() > 1 && a[1].i != 0)};
 }
 
-
-// ---------------------------------------------------------------- QR
-// XLA's QrExpander writes LAPACK's cgeqrf format for complex types too
-// (H_i = I - tau_i v_i v_i^H, real diagonal of R); ormqr's transpose is the
-// conjugate transpose (torch.ormqr: "Q is conjugate transposed").
-
-int64_t Cols(const Value& v) { return v.shape()[v.rank() - 1]; }
-
-Value SliceLast(Builder& b, Value x, int64_t rows, int64_t cols) {
-  int64_t r = x.rank();
-  std::vector<int64_t> start(r, 0), limit = x.shape(), ones(r, 1);
-  limit[r - 2] = rows;
-  limit[r - 1] = cols;
-  return b.Slice(x, start, limit, ones);
-}
-
-// Resizes the last dim of x to n: sliced, or padded with zeros.
-Value ResizeLast(Builder& b, Value x, int64_t n) {
-  int64_t r = x.rank(), have = x.shape().back();
-  if (have == n) return x;
-  std::vector<int64_t> zero(r, 0);
-  if (have > n) {
-    std::vector<int64_t> limit = x.shape(), ones(r, 1);
-    limit.back() = n;
-    return b.Slice(x, zero, limit, ones);
-  }
-  std::vector<int64_t> high(r, 0);
-  high.back() = n - have;
-  return b.Pad(x, b.Constant(x.dtype(), 0), zero, high, zero);
-}
-
-std::pair<Value, Value> GeqrfOf(Builder& b, Value x) {
-  std::vector<int64_t> taus = With(BatchOf(x.shape()), {std::min(Rows(x), Cols(x))});
-  auto r = b.CustomCall("Qr", {x}, {x.type, TensorType{x.dtype(), taus}});
-  return {r[0], r[1]};
-}
-
-// Q with q_cols columns from packed reflectors a [..., m, n] and taus.
-Value QOf(Builder& b, Value a, Value taus, int64_t q_cols) {
-  Value v = ResizeLast(b, SliceLast(b, a, Rows(a), std::min(Cols(a), q_cols)), q_cols);
-  return b.CustomCall("ProductOfElementaryHouseholderReflectors", {v, ResizeLast(b, taus, q_cols)},
-                      {v.type})[0];
-}
-
-std::vector<Value> GeqrfRule(Context& c, const std::vector<Arg>& a) {
-  Value x = ComplexMatrix(a.at(0).tensor, "geqrf");
-  if (x.type.numel() == 0) return {Zeros(c.b, Out(c, 0)), Zeros(c.b, Out(c, 1))};
-  auto [packed, taus] = GeqrfOf(c.b, x);
-  return {packed, taus};
-}
-
-std::vector<Value> HouseholderProductRule(Context& c, const std::vector<Arg>& a) {
-  Value x = ComplexMatrix(a.at(0).tensor, "linalg_householder_product");
-  if (x.type.numel() == 0) return {Zeros(c.b, Out(c, 0))};
-  return {QOf(c.b, x, c.b.Convert(a.at(1).tensor, x.dtype()), Cols(x))};
-}
-
-// linalg_qr(A, mode) -> (Q, R)
-std::vector<Value> QrRule(Context& c, const std::vector<Arg>& a) {
-  Builder& b = c.b;
-  Value x = ComplexMatrix(a.at(0).tensor, "linalg_qr");
-  std::string mode = a.size() > 1 && a[1].kind == Arg::Kind::String ? a[1].s : "reduced";
-  if (x.type.numel() == 0) return {Zeros(b, Out(c, 0)), Zeros(b, Out(c, 1))};
-  int64_t m = Rows(x), n = Cols(x), k = std::min(m, n);
-  auto [packed, taus] = GeqrfOf(b, x);
-  Value r = SliceLast(b, packed, mode == "complete" ? m : k, n);
-  r = Masked(b, TriangleMask(b, r.shape(), "LE"), r);
-  Value q = mode == "r" ? Zeros(b, Out(c, 0)) : QOf(b, packed, taus, mode == "complete" ? m : k);
-  return {q, r};
-}
-
-// ormqr(A, tau, C, left, transpose): Q (or Q^H) times C, or C times it.
-std::vector<Value> OrmqrRule(Context& c, const std::vector<Arg>& a) {
-  Builder& b = c.b;
-  const TensorType& out = Out(c);
-  Value x = ComplexMatrix(a.at(0).tensor, "ormqr");
-  if (out.numel() == 0) return {Zeros(b, out)};
-  bool left = a.at(3).i != 0, transpose = a.at(4).i != 0;
-  std::vector<int64_t> batch = BatchOf(out.shape);
-  int64_t m = Rows(x);
-  Value taus = b.Convert(a.at(1).tensor, x.dtype());
-  x = b.BroadcastTo(x, With(batch, {m, Cols(x)}));
-  taus = b.BroadcastTo(taus, With(batch, {taus.shape().back()}));
-  Value q = QOf(b, x, taus, m);
-  if (transpose) q = Conj(b, MT(b, q));
-  Value other = b.BroadcastTo(b.Convert(a.at(2).tensor, out.dtype), out.shape);
-  return {left ? MatMul(b, q, other) : MatMul(b, other, q)};
-}
-
 const bool registered = [] {
   RegisterComplex("linalg_cholesky_ex", CholeskyExRule);
   RegisterComplex("cholesky", CholeskyRule);
@@ -251,11 +142,6 @@ const bool registered = [] {
   RegisterComplex("triangular_solve", TriangularSolveRule);
   RegisterComplex("_cholesky_solve_helper", CholeskySolveRule);
   RegisterComplex("cholesky_inverse", CholeskyInverseRule);
-  RegisterComplex("geqrf", GeqrfRule);
-  RegisterComplex("linalg_householder_product", HouseholderProductRule);
-  RegisterComplex("orgqr", HouseholderProductRule);
-  RegisterComplex("linalg_qr", QrRule);
-  RegisterComplex("ormqr", OrmqrRule);
   return true;
 }();
 
