@@ -4,7 +4,8 @@ var / std / var_mean / std_mean are var(re) + var(im) (ATen's std_var_out
 splits the parts the same way), logsumexp shifts by the max real part and
 wraps the phase through the complex log as CPU, the norm overloads
 (torch.norm, dist, pairwise_distance) reduce the moduli, vdot conjugates its
-first argument, renorm scales slices by a real factor.
+first argument, renorm scales slices by a real factor; logaddexp and
+logcumsumexp use CPU's log-add-exp helper term by term.
 """
 from __future__ import annotations
 
@@ -71,3 +72,19 @@ def test_norm_overloads_dist_pairwise_vdot_renorm() -> None:
         with native():
             got = fn(tx, ty)
         _close(got, fn(x, y), tol=3e-5)
+
+
+def test_logaddexp_and_logcumsumexp_follow_cpus_helper() -> None:
+    # the phase is not wrapped (log1p(exp(min - max)) + max), infinities and NaNs as CPU
+    x, y = _crandn(6, 5, seed=3, scale=3.0), _crandn(6, 5, seed=4, scale=3.0)
+    inf, nan = float("inf"), float("nan")
+    x[0, :] = torch.tensor([complex(-inf, 1), complex(inf, 2), complex(nan, 0), complex(1, 3.1), 4j])
+    y[0, :] = torch.tensor([complex(-inf, 2), complex(inf, -1), complex(1, 1), complex(1, 3.1), 0j])
+    with native():
+        got = torch.logaddexp(x.to("tpu"), y.to("tpu"))
+        scan0 = torch.logcumsumexp(x[1:].to("tpu"), dim=0)
+        scan1 = torch.logcumsumexp(y.to("tpu"), dim=-1)
+    ref = torch.logaddexp(x, y)
+    torch.testing.assert_close(got.cpu(), ref, rtol=2e-5, atol=2e-5, equal_nan=True)
+    _close(scan0, torch.logcumsumexp(x[1:], dim=0), tol=1e-4)
+    _close(scan1, torch.logcumsumexp(y, dim=-1), tol=1e-4)
