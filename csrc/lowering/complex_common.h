@@ -57,4 +57,11 @@ inline Arg TensorArg(Value v) {
   return r;
 }
 
+// abs / exp / log / sqrt of complex z with C99's special values (NaN and
+// infinite parts, signed zeros), as std:: on CPU: complex_special_values.cpp.
+Value AbsC99(Builder& b, Value z);
+Value ExpC99(Builder& b, Value z);
+Value LogC99(Builder& b, Value z);
+Value SqrtC99(Builder& b, Value z);
+
 }  // namespace torch_tpu::lowering::complex_parts

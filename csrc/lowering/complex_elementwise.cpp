@@ -42,7 +42,7 @@ std::vector<Value> ComplexLerp(Context& c, const std::vector<Arg>& a) {
   Value from_self = b.Binary("add", x, b.Binary("multiply", w, diff));
   Value one_minus_w = b.Binary("subtract", ComplexSplat(b, out.dtype, 1, out.shape), w);
   Value from_end = b.Binary("subtract", y, b.Binary("multiply", diff, one_minus_w));
-  Value small = b.Compare("LT", b.Abs(w), b.Splat(hlo::RealPart(out.dtype), 0.5, out.shape));
+  Value small = b.Compare("LT", complex_parts::AbsC99(b, w), b.Splat(hlo::RealPart(out.dtype), 0.5, out.shape));
   return One(b.Select(small, from_self, from_end));
 }
 

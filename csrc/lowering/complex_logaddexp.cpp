@@ -6,9 +6,11 @@
 //   else log1p(exp(min - max)) + max (the phase is not wrapped to (-pi, pi]).
 // logcumsumexp is CPU's sequential scan acc = helper(x_i, acc) from -inf,
 // a loop over the scanned dim: a log-depth scan would group the terms
-// differently and could land on another branch of the phase.
+// differently and could land on another branch of the phase. exp and log
+// with C99's special values (complex_special_values.cpp).
 #include <cmath>
 
+#include "lowering/complex_common.h"
 #include "lowering/linalg_common.h"
 
 namespace torch_tpu::lowering {
@@ -30,9 +32,10 @@ Value LogAddExpHelper(Builder& b, Value x, Value y) {
   Value nan = b.Complex(b.Splat(pt, NAN, shape), b.Splat(pt, NAN, shape));
   Value inf_tie = b.Binary("and", b.Unary("not", b.IsFinite(mn_r)), b.Compare("EQ", mn_r, mx_r));
   Value neg = b.Compare("LT", mn_r, b.Splat(pt, 0, shape));
-  Value pos_inf = b.Unary("log", b.Binary("add", b.Unary("exponential", mn), b.Unary("exponential", mx)));
+  Value pos_inf = complex_parts::LogC99(b, b.Binary("add", complex_parts::ExpC99(b, mn),
+                                                    complex_parts::ExpC99(b, mx)));
   Value general = b.Binary(
-      "add", b.Unary("log_plus_one", b.Unary("exponential", b.Binary("subtract", mn, mx))), mx);
+      "add", b.Unary("log_plus_one", complex_parts::ExpC99(b, b.Binary("subtract", mn, mx))), mx);
   Value r = b.Select(inf_tie, b.Select(neg, mn, pos_inf), general);
   return b.Select(IsNan(b, mn), nan, r);
 }

@@ -229,7 +229,7 @@ std::vector<Value> LstsqRule(Context& c, const std::vector<Arg>& a) {
   std::vector<Value> results = {b.Reshape(x, out.shape)};
   const TensorType& res = Out(c, 1);
   if (res.numel() > 0) {  // residuals: squared moduli of A x - B summed per column
-    Value diff = b.Abs(b.Binary("subtract", MatMul(b, A, x), B));
+    Value diff = b.Abs(b.Binary("subtract", MatMul(b, A, x), B));  // finite unless A, B are not
     Value sq = b.Reduce(b.Binary("multiply", diff, diff), b.Constant(diff.dtype(), 0),
                         {A.rank() - 2}, "add");
     results.push_back(b.Reshape(b.Convert(sq, res.dtype), res.shape));

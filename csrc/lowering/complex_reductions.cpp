@@ -3,7 +3,7 @@
 //    real rule (ATen's std_var_out splits the parts the same way), std its
 //    square root, the mean complex(mean(re), mean(im));
 //  - logsumexp: shifted by the max of the real parts (an infinite max by 0),
-//    then the complex exp / sum / log;
+//    then the complex exp / sum / log (C99's special values, as std::);
 //  - torch.norm's overloads (norm.Scalar, ...): the real rule of the moduli;
 //  - vdot: sum(conj(a) * b) by the dot rule; renorm: slices scaled by a real
 //    factor from the moduli's norms.
@@ -70,8 +70,8 @@ std::vector<Value> ComplexLogSumExp(Context& c, const std::vector<Arg>& a) {
   m = b.Select(inf, b.Splat(pt, 0, m.shape()), m);
   Value mc = b.Complex(m, b.Splat(pt, 0, m.shape()));
   Value shifted = b.Binary("subtract", x, b.BroadcastInDim(mc, x.shape(), kept));
-  Value sum = b.Reduce(b.Unary("exponential", shifted), b.ConstantComplex(out.dtype, 0, 0), dims, "add");
-  Value r = b.Binary("add", b.Unary("log", sum), mc);
+  Value sum = b.Reduce(complex_parts::ExpC99(b, shifted), b.ConstantComplex(out.dtype, 0, 0), dims, "add");
+  Value r = b.Binary("add", complex_parts::LogC99(b, sum), mc);
   return One(b.Reshape(r, out.shape));
 }
 
@@ -79,7 +79,7 @@ std::vector<Value> ComplexLogSumExp(Context& c, const std::vector<Arg>& a) {
 Rule OfModuli(const std::string& op) {
   return [op](Context& c, const std::vector<Arg>& a) {
     std::vector<Arg> args = a;
-    args[0] = TensorArg(c.b.Abs(a.at(0).tensor));
+    args[0] = TensorArg(complex_parts::AbsC99(c.b, a.at(0).tensor));
     return Delegate(c, op, c.outputs, args);
   };
 }
@@ -109,7 +109,7 @@ std::vector<Value> ComplexRenorm(Context& c, const std::vector<Arg>& a) {
     if (d != dim) dims.ints.push_back(d);
   kept[dim] = x.shape()[dim];
   Value norm = Delegate(c, "linalg_vector_norm", {TensorType{pt, kept}},
-                        {TensorArg(b.Abs(x)), a.at(1), dims, keep, Arg{}})[0];
+                        {TensorArg(complex_parts::AbsC99(b, x)), a.at(1), dims, keep, Arg{}})[0];
   Value maxnorm = As(b, a.at(3), pt, norm.shape());
   Value scale = b.Binary("divide", maxnorm, b.Binary("add", norm, b.Splat(pt, 1e-7, norm.shape())));
   scale = b.Select(b.Compare("GT", norm, maxnorm), scale, b.Splat(pt, 1, norm.shape()));
