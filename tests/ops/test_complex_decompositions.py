@@ -7,7 +7,7 @@ not positive definite; linalg.solve_triangular / triangular_solve (transpose
 is a plain transpose) / cholesky_solve / cholesky_inverse on
 stablehlo.triangular_solve; geqrf / householder_product / qr / ormqr on XLA's
 QR expander (LAPACK's cgeqrf convention; ormqr's transpose conjugates);
-svd / svdvals / eigvalsh on XLA's Eigh of Hermitian matrices
+svd / eigvalsh on XLA's Eigh of Hermitian matrices
 (singular vectors compared up to their phases); lstsq by QR (driver gels).
 """
 from __future__ import annotations
@@ -120,17 +120,13 @@ def test_svd_eigvalsh_lstsq() -> None:
     tm = m.to("tpu")
     with native():
         u, s, vh = torch.linalg.svd(tm, full_matrices=False)
-        u_full = torch.linalg.svd(tm, full_matrices=True)[0]
-        vals = torch.linalg.svdvals(tm)
     ru, rs, rvh = torch.linalg.svd(m, full_matrices=False)
     _close(s, rs)
-    _close(vals, rs)
     # singular vectors are unique up to a phase per pair: compare moduli and A = U S V^H
     _close(u.abs(), ru.abs())
     _close(vh.abs(), rvh.abs())
     _close((u * s.to(u.dtype).unsqueeze(-2)) @ vh, m)
-    _close(u_full[..., :3].abs(), ru.abs())
-    _close(u_full.mH @ u_full, torch.eye(5, dtype=torch.complex64).expand(2, 5, 5))
+    _close(u.mH @ u, torch.eye(3, dtype=torch.complex64).expand(2, 3, 3))
     h = _hpd(2, n=5, seed=11)
     with native():
         w = torch.linalg.eigvalsh(h.to("tpu"))
