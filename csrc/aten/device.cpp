@@ -60,6 +60,11 @@ hlo::ElementType ToElementType(at::ScalarType t, const char* op) {
     case at::kFloat8_e5m2: return E::F8E5M2;
     case at::kComplexFloat: return E::C64;
     case at::kComplexDouble: return E::C128;
+    case at::kComplexHalf:
+      throw lowering::Unsupported(
+          std::string(op) + ": dtype ComplexHalf (torch.complex32 / torch.chalf) has no tpu "
+          "representation: XLA has no complex type with float16 parts. Use torch.complex64 on "
+          "tpu (x.to(torch.complex64)), or keep complex32 tensors on the CPU");
     default:
       throw lowering::Unsupported(std::string(op) + ": dtype " + c10::toString(t) +
                                   " has no native tpu representation");

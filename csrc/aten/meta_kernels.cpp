@@ -91,9 +91,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> LstsqMeta(
   if (!vector_case) sol.push_back(k);
   res.push_back(k);
   auto opts = A.options().dtype(at::promote_types(A.scalar_type(), B.scalar_type()));
-  at::Tensor residuals = m > n && gels ? at::empty(res, opts) : at::empty({0}, opts);
+  // Residuals and singular values are real for complex inputs, as on CPU.
+  auto real_opts = opts.dtype(c10::toRealValueType(opts.dtype().toScalarType()));
+  at::Tensor residuals = m > n && gels ? at::empty(res, real_opts) : at::empty({0}, real_opts);
   return {at::empty(sol, opts), residuals, at::empty({0}, opts.dtype(at::kLong)),
-          at::empty({0}, opts)};
+          at::empty({0}, real_opts)};
 }
 
 // _logcumsumexp: the input's shape and dtype.

@@ -4,7 +4,7 @@
 // a generic rule not listed here sends a complex op to the CPU fallback.
 #include <cmath>
 
-#include "lowering/lowering.h"
+#include "lowering/complex_common.h"
 
 namespace torch_tpu::lowering {
 namespace {
@@ -16,7 +16,9 @@ Value In(Context& c, const Arg& a, size_t out = 0) {
   return As(c.b, a, Out(c, out).dtype, Out(c, out).shape);
 }
 
-Value Abs(Builder& b, Value x) { return b.Abs(x); }
+// |x|: hypot's special values for complex x (an infinite part: inf, else a
+// NaN part: NaN; complex_special_values.cpp).
+Value Abs(Builder& b, Value x) { return hlo::IsComplex(x.dtype()) ? complex_parts::AbsC99(b, x) : b.Abs(x); }
 
 std::vector<Value> AbsRule(Context& c, const std::vector<Arg>& a) {
   Value x = a[0].tensor;
@@ -38,13 +40,14 @@ std::vector<Value> AngleRule(Context& c, const std::vector<Arg>& a) {
   return One(b.Convert(r, out.dtype));
 }
 
-// sgn(z) = z / |z|, 0 at 0.
+// sgn(z) = z / |z| (each part divided by the real |z|, as c10::complex's
+// operator/(T)), 0 at 0.
 std::vector<Value> ComplexSgn(Context& c, const std::vector<Arg>& a) {
   Builder& b = c.b;
   Value z = In(c, a[0]);
   Value r = Abs(b, z);
   Value zero = b.Splat(r.dtype(), 0, r.shape());
-  Value unit = b.Binary("divide", z, b.Complex(r, zero));
+  Value unit = b.Complex(b.Binary("divide", b.Real(z), r), b.Binary("divide", b.Imag(z), r));
   return One(b.Select(b.Compare("EQ", r, zero), b.Splat(z.dtype(), 0, z.shape()), unit));
 }
 
