@@ -24,7 +24,7 @@ void DeleteStorage(void* ctx) {
   ForgetStorage(s);
   if (Runtime::IsInitialized()) {  // also in a forked child: counters only
     auto& m = Runtime::Get().memory(s->device);
-    m.allocated -= static_cast<int64_t>(s->nbytes);
+    m.allocated -= static_cast<int64_t>(s->nbytes) + s->padding_bytes();
     ++m.num_frees;
   }
   delete s;

@@ -40,8 +40,8 @@ void FromCpu(const at::Tensor& src, const at::Tensor& dst) {
   auto* storage = StorageOf(dst);
   lowering::ViewGeometry g = GeometryOf(dst);
   if (g.whole) {
-    storage->dtype = t;
     storage->Set(GetRuntime().Upload(host.data_ptr(), t, {host.numel()}, storage->device));
+    storage->dtype = t;  // after Set: padding (if any) was counted in the old dtype
     return;
   }
   // Upload into a dense temporary, then write it through the view.

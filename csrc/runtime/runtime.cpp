@@ -491,6 +491,29 @@ pjrt::BufferPtr Runtime::UploadInt(int64_t v, hlo::ElementType t, int device) {
   return CachedScalar(bytes.data, bytes.size, t, device);
 }
 
+namespace {
+void CountPaddingBytes(int device, int64_t delta) {
+  if (delta == 0 || !Runtime::IsInitialized()) return;
+  MemoryCounters& m = Runtime::Get().memory(device);
+  m.allocated += delta;
+  m.peak = std::max(m.peak, m.allocated);
+}
+}  // namespace
+
+void DeviceStorage::SetPadded(pjrt::BufferPtr b, std::vector<int64_t> real, std::vector<int64_t> padded) {
+  int64_t before = padding_bytes();
+  buffer = std::move(b);
+  real_shape = std::move(real);
+  padded_shape = std::move(padded);
+  CountPaddingBytes(device, padding_bytes() - before);
+}
+
+void DeviceStorage::ClearPadding() {
+  CountPaddingBytes(device, -padding_bytes());
+  padded_shape.clear();
+  real_shape.clear();
+}
+
 void Runtime::Download(const pjrt::Buffer& buffer, void* dst, size_t nbytes) {
   CheckAssertions();
   ++stats_.transfers_to_host;

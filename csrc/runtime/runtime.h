@@ -49,19 +49,21 @@ struct DeviceStorage {
     for (int64_t d : padded_shape) n *= d;
     return padded() ? n : numel();
   }
+  // Device bytes the padding adds (counted in memory_allocated).
+  int64_t padding_bytes() const {
+    return padded() ? (buffer_numel() - numel()) * static_cast<int64_t>(hlo::ByteSize(dtype)) : 0;
+  }
   // The storage's new value: `b` holds exactly numel() elements, or (padded)
   // a row-major `padded` array with the real `real` elements at the front of
   // each dim.
   void Set(pjrt::BufferPtr b) {
+    if (padded()) ClearPadding();
     buffer = std::move(b);
-    padded_shape.clear();
-    real_shape.clear();
   }
-  void SetPadded(pjrt::BufferPtr b, std::vector<int64_t> real, std::vector<int64_t> padded) {
-    buffer = std::move(b);
-    real_shape = std::move(real);
-    padded_shape = std::move(padded);
-  }
+  void SetPadded(pjrt::BufferPtr b, std::vector<int64_t> real, std::vector<int64_t> padded);
+
+ private:
+  void ClearPadding();  // runtime.cpp: also gives its bytes back to the memory counters
 };
 
 struct Stats {

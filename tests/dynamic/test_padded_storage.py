@@ -131,3 +131,17 @@ def test_reductions_over_the_padded_dim_mask_the_padding():
     torch.testing.assert_close(y.prod(0).cpu(), (torch.exp(x) * 2.5).prod(0), rtol=1e-5, atol=0)
     torch.testing.assert_close(y.amin(0).cpu(), (torch.exp(x) * 2.5).amin(0))
     torch.testing.assert_close(torch.softmax(y, 0).cpu(), torch.softmax(torch.exp(x) * 2.5, 0))
+
+
+def test_memory_counters_include_the_padding():
+    warm(49)
+    x = torch.randn(7, 49).to("tpu")
+    base = torch.tpu.memory_allocated()
+    y = x * 2.5  # 7 rows real, 16 in its buffer
+    assert torch_tpu._C._padded_shape(y) == [16, 49]
+    # x was padded (for y's op) and y is: each holds 16 rows of 49 floats.
+    assert torch.tpu.memory_allocated() - base == (16 - 7) * 49 * 4 + 16 * 49 * 4
+    del y
+    assert torch.tpu.memory_allocated() - base == (16 - 7) * 49 * 4
+    x.add_(1)  # a whole write replaces x's buffer by an exact one
+    assert torch.tpu.memory_allocated() == base
