@@ -533,7 +533,8 @@ bool SameLayout(const std::vector<int64_t>& real_a, const std::vector<int64_t>& 
 // compile per size. The storage stays padded for its next readers.
 runtime::LaunchParam PaddedParam(runtime::DeviceStorage* s, const std::vector<int64_t>& real,
                                  const std::vector<int64_t>& bucket, int device) {
-  if (!SameLayout(s->real_shape, s->padded_shape, real, bucket)) {
+  bool exact_fits = !s->padded() && real == bucket;  // sizes at their bucket: the buffer as it is
+  if (!exact_fits && !SameLayout(s->real_shape, s->padded_shape, real, bucket)) {
     auto opts = at::TensorOptions().dtype(ToScalarType(s->dtype));
     at::Tensor value = at::empty(real, opts);
     DownloadStorage(*s, value.data_ptr());

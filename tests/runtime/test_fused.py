@@ -15,11 +15,12 @@ def chain(x, w):
 
 
 def test_chain_matches_strict_and_compiles_once():
-    # Uploaded, so exact buffers: a tensor made by dynamic ops (randn's
-    # arithmetic ran dynamic if another test saw other sizes) would add one
-    # compaction per input to the first flush (README: bounded dynamic shapes).
+    # Uploaded, and the strict run reads clones: a storage made or read by a
+    # dynamic op (one runs dynamic when another test saw other sizes) keeps a
+    # padded buffer, and the first flush would add one compaction per input
+    # (README: bounded dynamic shapes).
     x, w = torch.randn(32, 32).to("tpu"), torch.randn(32, 32).to("tpu")
-    strict = chain(x, w).cpu()
+    strict = chain(x.clone(), w.clone()).cpu()
     torch_tpu.debug.reset_stats()
     with torch_tpu.fused():
         outs = [chain(x, w).cpu() for _ in range(4)]
