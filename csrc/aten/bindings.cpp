@@ -183,6 +183,7 @@ py::dict Stats() {
   d["dynamic_exact_fallbacks"] = dyn.exact_fallbacks;
   d["compiles_by_op"] = dyn.compiles_by_op;
   d["dynamic_compiles_by_op"] = dyn.dynamic_compiles_by_op;
+  d["exact_reasons"] = dyn.exact_reasons;
   return d;
 }
 

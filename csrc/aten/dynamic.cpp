@@ -50,12 +50,15 @@
 // (its BackendMeta slot); the results of a call a hint made dynamic carry
 // the hint on the dims that follow it, so a chain of ops stays dynamic.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "aten/call.h"
 #include "aten/dynamic.h"
+#include "aten/padded_layout.h"
 
 namespace torch_tpu::aten {
 
@@ -140,8 +143,20 @@ const std::unordered_set<std::string>& DynamicOps() {
       "_softmax", "_log_softmax",
       // matmul / linear
       "mm", "bmm", "addmm", "matmul", "linear",
+      // copies, joins, lookups, masks, scans
+      "clone", "cat", "embedding", "masked_fill.Scalar", "cumsum", "all", "any", "all.dim", "any.dim",
+      // attention (sdpa_dynamic: is_causal with equal query and key lengths only)
+      "_scaled_dot_product_efficient_attention",
   };
   return ops;
+}
+
+// Ops whose integer form stays exact: XLA lowers an integer pow to a chain of
+// squarings and selects, and its algebraic simplifier's sign analysis of that
+// chain grows exponentially once the dynamic padder's masks join it (an int64
+// pow of 812 elements did not compile in 6 minutes).
+bool ExactForIntegers(const std::string& name) {
+  return name == "pow.Tensor_Scalar" || name == "pow.Tensor_Tensor";
 }
 
 int64_t Bucket(int64_t s) {
@@ -152,14 +167,22 @@ int64_t Bucket(int64_t s) {
   return (s + step - 1) / step * step;
 }
 
-// What a signature has seen: the first sizes of each input, and which input
-// dims are dynamic.
 // Per input, per dim, of one call: the hints of its tensor (none: default).
 using CallHints = std::vector<std::vector<std::optional<DimHint>>>;
 
-struct SignatureState {
+// One family of calls of a signature: the first sizes of each input, and
+// which input dims are dynamic.
+struct SizeVariant {
   std::vector<std::vector<int64_t>> first;
   std::vector<std::vector<bool>> dynamic;
+};
+
+// What a signature has seen. Calls from different places of a model share a
+// signature (two bmm's of attention, a [b, h, s, d] and a [b, s, h, d]
+// clone): each keeps its own variant, so that a head count never turns
+// dynamic because a sequence length did elsewhere.
+struct SignatureState {
+  std::vector<SizeVariant> variants;
   bool exact_only = false;  // a dynamic module failed: exact shapes from now on
 };
 
@@ -168,6 +191,8 @@ struct DynamicCompiled {
   pjrt::ExecutablePtr exe;
   std::vector<std::vector<bool>> out_dynamic;  // per output, per dim
   std::vector<std::vector<int64_t>> out_bucket;  // per output: its sizes in the executable
+  std::vector<std::vector<int64_t>> out_order;   // per output: its dims in storage order
+  std::vector<std::vector<int64_t>> out_buffer;  // per output: the sizes its storage keeps
 };
 
 struct DynamicState {
@@ -194,35 +219,154 @@ DynamicCounters& Counters() {
   return s.counters;
 }
 
-std::string Signature(const Plan& plan) {
+// The order of a view's dims by stride (outermost first), size-1 dims as '-'.
+void AppendStrideOrder(const lowering::ViewGeometry& g, std::string* sig) {
+  for (size_t d = 0; d < g.sizes.size(); ++d) {
+    if (g.sizes[d] == 1) {
+      *sig += '-';
+      continue;
+    }
+    int rank = 0;
+    for (size_t e = 0; e < g.sizes.size(); ++e) rank += g.sizes[e] != 1 && g.strides[e] > g.strides[d];
+    *sig += static_cast<char>('a' + rank);
+  }
+}
+
+// `fixed`: per input, its sizes stay in the signature (a parameter).
+std::string Signature(const Plan& plan, const std::vector<bool>& fixed) {
   std::string sig;
   size_t at = 0;
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     auto [begin, end] = plan.geometry_spans[i];
-    if (!plan.inputs[i].geometry.whole) continue;  // views (a transposed weight): sizes stay in
+    if (fixed[i]) continue;
+    const lowering::ViewGeometry& g = plan.inputs[i].geometry;
     sig.append(plan.key, at, begin - at);
-    sig += "r";
-    for (int64_t d : plan.inputs[i].geometry.sizes) sig += d == 1 ? '1' : (d == 0 ? '0' : 'x');
+    sig += g.whole ? "r" : "v";
+    for (int64_t d : g.sizes) sig += d == 1 ? '1' : (d == 0 ? '0' : 'x');
+    if (!g.whole) AppendStrideOrder(g, &sig);
     at = end;
   }
   sig.append(plan.key, at, std::string::npos);
   return sig;
 }
 
+// Whether the call draws random numbers (its bits would differ at the
+// bucket's sizes); a random rule may draw none for these arguments (an
+// attention without dropout).
+bool DrawsRandomBits(const Call& call) {
+  if (!call.desc->rule || !call.desc->rule->random()) return true;
+  std::vector<TensorType> outputs;
+  for (const auto& s : call.specs) outputs.push_back({ElementType::F32, s.sizes});
+  return call.desc->rule->draws(AbstractArgs(call.plan), outputs) != 0;
+}
+
+// A causal attention's mask is built at the bucket's sizes: right only when
+// the query and key lengths are equal (then their buckets are too).
+bool CausalLengthsAgree(const Plan& plan) {
+  constexpr size_t kIsCausal = 6;  // (query, key, value, attn_bias, compute_log_sumexp, dropout_p, is_causal)
+  if (plan.args.size() <= kIsCausal || plan.args[kIsCausal].kind != Arg::Kind::Bool ||
+      !plan.args[kIsCausal].literal.i)
+    return true;
+  const auto& q = plan.inputs.at(plan.args[0].tensors.at(0)).geometry.sizes;
+  const auto& k = plan.inputs.at(plan.args[1].tensors.at(0)).geometry.sizes;
+  return q.size() >= 2 && k.size() >= 2 && q[q.size() - 2] == k[k.size() - 2];
+}
+
+// The dims of a dense strided tensor from outermost to innermost in memory;
+// nullopt when its elements do not fill a block exactly.
+std::optional<std::vector<int64_t>> StorageOrder(const std::vector<int64_t>& sizes,
+                                                 const std::vector<int64_t>& strides) {
+  std::vector<int64_t> perm;
+  if (strides == lowering::ContiguousStrides(sizes)) {
+    for (size_t d = 0; d < sizes.size(); ++d) perm.push_back(static_cast<int64_t>(d));
+    return perm;
+  }
+  std::vector<int64_t> dims;  // size-1 dims first (anywhere is the same memory), then by stride
+  for (size_t d = 0; d < sizes.size(); ++d) (sizes[d] == 1 ? perm : dims).push_back(static_cast<int64_t>(d));
+  std::stable_sort(dims.begin(), dims.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+  int64_t expected = 1;
+  for (size_t i = dims.size(); i-- > 0;) {
+    if (strides[dims[i]] != expected) return std::nullopt;
+    expected *= sizes[dims[i]];
+  }
+  perm.insert(perm.end(), dims.begin(), dims.end());
+  return perm;
+}
+
+// Why the last strict-eager call of this thread ran exact shapes (read by
+// CountCompile when that call compiled: debug.report() names it).
+thread_local const char* t_exact_reason = "dynamic shapes off (TORCH_TPU_DYNAMIC_SHAPES=0)";
+
+bool Refuse(const char* reason) {
+  t_exact_reason = reason;
+  return false;
+}
+
 bool Eligible(const Call& call) {
   const Plan& plan = call.plan;
-  if (call.desc->variant != Variant::Functional || plan.inputs.empty()) return false;
-  if (!DynamicOps().count(call.desc->name) || plan.geometry_spans.size() != plan.inputs.size())
-    return false;
+  if (call.desc->variant != Variant::Functional) return Refuse("in-place or out= variant");
+  if (plan.inputs.empty()) return Refuse("no tensor inputs");
+  if (!DynamicOps().count(call.desc->name)) return Refuse("not a dynamic-shape op");
+  if (plan.geometry_spans.size() != plan.inputs.size()) return Refuse("inputs without a geometry");
   for (const auto& q : plan.params)
-    if (q.kind == Param::Kind::Rng) return false;
-  for (const auto& a : plan.args)
-    if (a.kind == Arg::Kind::TensorList || a.kind == Arg::Kind::Generator) return false;
+    if (q.kind == Param::Kind::Rng && DrawsRandomBits(call)) return Refuse("draws random numbers");
+  for (const auto& a : plan.args) {
+    if (a.kind == Arg::Kind::TensorList)
+      for (int t : a.tensors)
+        if (t < 0) return Refuse("a tensor list with None");
+    if (a.kind == Arg::Kind::Generator && DrawsRandomBits(call)) return Refuse("draws random numbers");
+  }
+  if (call.desc->name == "_scaled_dot_product_efficient_attention" && !CausalLengthsAgree(plan))
+    return Refuse("causal attention with unequal query and key lengths");
   for (bool u : call.undefined_outputs)
-    if (u) return false;
-  for (const auto& s : call.specs)
-    if (s.strides != lowering::ContiguousStrides(s.sizes)) return false;
+    if (u) return Refuse("an undefined output");
+  const bool integer_exact = ExactForIntegers(call.desc->name);
+  for (const auto& s : call.specs) {
+    if (!StorageOrder(s.sizes, s.strides)) return Refuse("an output with gaps or overlaps");
+    if (integer_exact && !at::isFloatingType(s.dtype)) return Refuse("integer pow");
+  }
   return true;
+}
+
+// How far a call's sizes are from a variant: the sum of |log(size ratio)|
+// over its static dims that differ; infinity when one differs by more than
+// 2x (another family of calls).
+double Distance(const SizeVariant& v, const Plan& plan) {
+  double far = 0;
+  for (size_t i = 0; i < plan.inputs.size(); ++i) {
+    const auto& sizes = plan.inputs[i].geometry.sizes;
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      int64_t a = sizes[d], b = v.first[i][d];
+      if (a == b || v.dynamic[i][d]) continue;
+      if (a <= 1 || b <= 1 || a > 2 * b || b > 2 * a) return std::numeric_limits<double>::infinity();
+      far += std::abs(std::log(static_cast<double>(a) / static_cast<double>(b)));
+    }
+  }
+  return far;
+}
+
+// The variant a call belongs to: the nearest one within 2x in every dim
+// that differs, else a new one (its first sizes: static). Past 16 variants
+// the nearest (a signature called at many unrelated sizes).
+SizeVariant& VariantOf(SignatureState& st, const Plan& plan) {
+  constexpr size_t kMaxVariants = 16;
+  SizeVariant* best = nullptr;
+  double best_distance = std::numeric_limits<double>::infinity();
+  for (auto& v : st.variants) {
+    double d = Distance(v, plan);
+    if (d < best_distance || (!best && st.variants.size() >= kMaxVariants)) {
+      best = &v;
+      best_distance = d;
+    }
+  }
+  if (best) return *best;
+  SizeVariant v;
+  for (const auto& in : plan.inputs) {
+    v.first.push_back(in.geometry.sizes);
+    v.dynamic.emplace_back(in.geometry.sizes.size(), false);
+  }
+  st.variants.push_back(std::move(v));
+  return st.variants.back();
 }
 
 // Updates the signature with this call's sizes; returns the dynamic dims of
@@ -232,12 +376,7 @@ bool Eligible(const Call& call) {
 std::vector<std::vector<bool>> Observe(SignatureState& st, const Plan& plan, DynamicMode mode,
                                        const CallHints& hints) {
   const size_t n = plan.inputs.size();
-  if (st.first.empty()) {
-    for (const auto& in : plan.inputs) {
-      st.first.push_back(in.geometry.sizes);
-      st.dynamic.emplace_back(in.geometry.sizes.size(), false);
-    }
-  }
+  SizeVariant& v = VariantOf(st, plan);
   std::vector<std::vector<bool>> dyn(n);
   for (size_t i = 0; i < n; ++i) {
     const auto& sizes = plan.inputs[i].geometry.sizes;
@@ -246,12 +385,27 @@ std::vector<std::vector<bool>> Observe(SignatureState& st, const Plan& plan, Dyn
       const std::optional<DimHint>& h = hints[i][d];
       if (h && !h->dynamic) continue;
       if (mode != DynamicMode::Off && sizes[d] > 1 &&
-          (mode == DynamicMode::All || sizes[d] != st.first[i][d]))
-        st.dynamic[i][d] = true;
-      dyn[i][d] = (mode != DynamicMode::Off && st.dynamic[i][d]) || (h && sizes[d] > 1);
+          (mode == DynamicMode::All || sizes[d] != v.first[i][d]))
+        v.dynamic[i][d] = true;
+      dyn[i][d] = (mode != DynamicMode::Off && v.dynamic[i][d]) || (h && sizes[d] > 1);
     }
   }
   return dyn;
+}
+
+// Per input: a parameter (a leaf that requires grad, or a view of one): its
+// sizes never turn dynamic (as Dynamo keeps parameters static), so two
+// layers' weights of different shapes are two signatures, not one padded.
+std::vector<bool> ParameterInputs(const Plan& plan, const std::vector<c10::IValue>& args) {
+  std::vector<bool> fixed(plan.inputs.size(), false);
+  for (size_t a = 0; a < args.size() && a < plan.args.size(); ++a) {
+    const ArgPlan& ap = plan.args[a];
+    if (!args[a].isTensor() || ap.kind != Arg::Kind::Tensor || ap.tensors.empty() || ap.param >= 0) continue;
+    const at::Tensor& t = args[a].toTensor();
+    if (!t.requires_grad()) continue;
+    if (t.is_leaf() || (t.is_view() && t._base().is_leaf())) fixed[ap.tensors[0]] = true;
+  }
+  return fixed;
 }
 
 // The hints of each input's tensor (all empty when no tensor has any).
@@ -298,6 +452,8 @@ struct DynamicLayout {
   std::vector<std::vector<bool>> in_dynamic;
   std::vector<std::vector<int64_t>> in_bucket;
   std::vector<int64_t> capacity;  // per storage, -1: passed as it is
+  std::vector<StorageLayout> storage_layout;  // per padded storage: its layout in the executable
+  std::vector<std::optional<ViewRead>> reads;  // per input of a padded storage: its read
   bool hinted = false;   // some input dim is dynamic by a mark_dynamic hint
   bool bounded = false;  // ... with a max
 };
@@ -330,43 +486,109 @@ int64_t Numel(const std::vector<int64_t>& s) {
   return n;
 }
 
-// The (first) dynamic input reading padded storage `storage`.
-size_t PaddedInputIndex(const Plan& plan, size_t storage) {
-  for (size_t i = 0; i < plan.inputs.size(); ++i)
-    if (plan.inputs[i].storage == storage) return i;
-  throw std::logic_error("dynamic: padded storage without an input");
+int64_t OffsetOf(const Plan& plan, const TensorIn& in) {
+  return in.offset_param >= 0 ? plan.params[in.offset_param].offset : 0;
 }
 
-// Which storages the executable takes padded (read through a dynamic dim);
-// false when such a storage is also read otherwise (exact shapes then).
-bool PaddedStorages(const Plan& plan, const std::vector<std::vector<bool>>& dyn,
-                    const std::vector<std::vector<int64_t>>& bucket, std::vector<int64_t>* capacity) {
-  capacity->assign(plan.storages.size(), -1);
-  for (size_t i = 0; i < plan.inputs.size(); ++i) {
-    if (!AnyDynamic(dyn[i])) continue;
-    const TensorIn& in = plan.inputs[i];
-    if (!in.geometry.whole || Numel(bucket[i]) >= (int64_t{1} << 31)) return false;
-    (*capacity)[in.storage] = Numel(bucket[i]);
+StorageLayout CurrentLayout(const runtime::DeviceStorage& s, const TensorIn& in) {
+  if (s.padded()) return {s.real_shape, s.padded_shape};
+  return {{in.geometry.storage_numel}, {in.geometry.storage_numel}};
+}
+
+// Whether a dynamic view dim reads layout dim `j` as its bucket needs: a
+// window from `start` whose bucket fits in the buffer's dim, the storage as
+// it is (RoPE tables cut to the sequence length, a static cache's first s
+// positions, a KV cache whose last cat padded it to a larger bucket: the
+// rows past the real ones are padding the executable masks); else the whole
+// dim, padded to the bucket.
+bool FitsWindow(const ViewRead& r, size_t j, int64_t bucket) { return r.start[j] + bucket <= r.layout.padded[j]; }
+bool PadsWhole(const ViewRead& r, size_t j, int64_t size) { return r.start[j] == 0 && r.layout.real[j] == size; }
+
+// The layout a dynamic input needs its storage in: the dims it reads, each
+// dynamic dim at its bucket (read whole, from 0) or read through a window
+// that fits, the others unpadded.
+std::optional<StorageLayout> NeededLayout(const Plan& plan, size_t i, const std::vector<bool>& dyn,
+                                          const std::vector<int64_t>& bucket) {
+  const TensorIn& in = plan.inputs[i];
+  std::optional<ViewRead> read =
+      MapView(in.geometry, OffsetOf(plan, in), CurrentLayout(*plan.storages[in.storage], in));
+  if (!read) return std::nullopt;
+  StorageLayout l = read->layout;
+  for (size_t j = 0; j < l.real.size(); ++j) {
+    int d = read->view_dim[j];
+    bool dynamic = d >= 0 && dyn[d];
+    if (!dynamic) {
+      l.padded[j] = l.real[j];
+    } else if (FitsWindow(*read, j, bucket[d])) {
+      continue;
+    } else if (PadsWhole(*read, j, in.geometry.sizes[d])) {
+      l.padded[j] = bucket[d];
+    } else {
+      return std::nullopt;
+    }
   }
-  for (size_t i = 0; i < plan.inputs.size(); ++i) {
+  return l;
+}
+
+// Which storages the executable takes padded (read through a dynamic dim),
+// in which layout, and how each input of such a storage reads it; false
+// (exact shapes) when a view cannot be read from a padded layout.
+bool PaddedStorages(const Plan& plan, DynamicLayout* lay) {
+  const size_t n = plan.inputs.size();
+  lay->capacity.assign(plan.storages.size(), -1);
+  lay->storage_layout.assign(plan.storages.size(), {});
+  lay->reads.assign(n, std::nullopt);
+  for (size_t i = 0; i < n; ++i) {
+    if (!AnyDynamic(lay->in_dynamic[i])) continue;
+    const size_t s = plan.inputs[i].storage;
+    std::optional<StorageLayout> l = NeededLayout(plan, i, lay->in_dynamic[i], lay->in_bucket[i]);
+    if (!l) return Refuse("a dynamic input is a view no padded layout reads");
+    if (Numel(l->padded) >= (int64_t{1} << 31)) return Refuse("bucket over 2^31 elements");
+    if (lay->capacity[s] >= 0 && !SameLayout(lay->storage_layout[s], *l))
+      return Refuse("a padded storage read two ways");
+    lay->capacity[s] = Numel(l->padded);
+    lay->storage_layout[s] = *l;
+  }
+  for (size_t i = 0; i < n; ++i) {
     const TensorIn& in = plan.inputs[i];
-    if ((*capacity)[in.storage] < 0) continue;
-    if (!AnyDynamic(dyn[i]) || bucket[i] != bucket[PaddedInputIndex(plan, in.storage)]) return false;
+    if (lay->capacity[in.storage] < 0) continue;
+    lay->reads[i] = MapView(in.geometry, OffsetOf(plan, in), lay->storage_layout[in.storage]);
+    if (!lay->reads[i]) return Refuse("a padded storage read two ways");
+    const ViewRead& r = *lay->reads[i];
+    for (size_t j = 0; j < r.view_dim.size(); ++j) {
+      int d = r.view_dim[j];
+      if (d < 0 || !lay->in_dynamic[i][d]) continue;  // a static window of real elements
+      bool padded_whole = PadsWhole(r, j, in.geometry.sizes[d]) && r.layout.padded[j] == lay->in_bucket[i][d];
+      if (!padded_whole && !FitsWindow(r, j, lay->in_bucket[i][d])) return Refuse("a padded storage read two ways");
+    }
   }
   return true;
 }
 
-std::string DynamicKey(const std::string& sig, const Plan& plan,
-                       const std::vector<std::vector<bool>>& dyn,
-                       const std::vector<std::vector<int64_t>>& bucket) {
+// A read's part of the key: the layout's dims (the bucket where padded, a
+// dynamic dim's real size left out) and the window the view reads.
+void AppendReadKey(const ViewRead& r, const std::vector<bool>& dyn, std::string* key) {
+  for (size_t j = 0; j < r.view_dim.size(); ++j) {
+    int d = r.view_dim[j];
+    bool dynamic = d >= 0 && dyn[d];
+    // A static window of a padded dim depends on the buffer's bucket only.
+    *key += (dynamic ? "<" : "") + std::to_string(r.layout.padded[j]) + "@" + std::to_string(r.start[j]) +
+            "v" + std::to_string(d) + ",";
+  }
+}
+
+std::string DynamicKey(const std::string& sig, const Plan& plan, const DynamicLayout& lay) {
   std::string key = "dyn|" + sig + "|";
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
-    if (!AnyDynamic(dyn[i])) {
+    const auto& bucket = lay.in_bucket[i];
+    if (lay.reads[i]) {
+      for (size_t d = 0; d < bucket.size(); ++d)
+        key += (lay.in_dynamic[i][d] ? "<" : "") + std::to_string(bucket[d]) + ",";
+      key += "/";
+      AppendReadKey(*lay.reads[i], lay.in_dynamic[i], &key);
+    } else {
       plan.inputs[i].geometry.AppendKey(&key);
       AppendCapacityKey(*plan.storages[plan.inputs[i].storage], &key);
-    } else {
-      for (size_t d = 0; d < bucket[i].size(); ++d)
-        key += (dyn[i][d] ? "<" : "") + std::to_string(bucket[i][d]) + ",";
     }
     key += ";";
   }
@@ -384,6 +606,14 @@ std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle&
     if (v.isTensor() && ap.kind == Arg::Kind::Tensor && !ap.tensors.empty() && ap.param < 0) {
       const at::Tensor& t = v.toTensor();
       stack.push_back(at::empty(sizes[ap.tensors[0]], t.options().device(at::kMeta)));
+    } else if (v.isTensorList() && ap.kind == Arg::Kind::TensorList) {
+      std::vector<at::Tensor> metas;
+      auto list = v.toTensorList();
+      for (size_t j = 0; j < list.size(); ++j) {
+        at::Tensor t = list[j];
+        metas.push_back(at::empty(sizes[ap.tensors.at(j)], t.options().device(at::kMeta)));
+      }
+      stack.push_back(metas);
     } else if (v.isDevice()) {
       stack.push_back(c10::Device(at::kMeta));
     } else {
@@ -405,12 +635,13 @@ std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle&
 
 Value I32(hlo::Builder& b, int64_t v) { return b.ConstantInt(ElementType::I32, v); }
 
-// A dynamic input read out of its storage buffer (runtime.h: the bucket's
-// sizes, the real elements at the front of each dim): a static reshape, then
-// the runtime size of each dynamic dim (no data moves).
-Value ReadDynamic(hlo::Builder& b, Value storage, const std::vector<int64_t>& bucket,
+// An input read out of its padded storage buffer (runtime.h: the real
+// elements at the front of each padded dim): its view of the buffer's dims
+// at the bucket's sizes (padded_layout.h), then the runtime size of each
+// dynamic dim.
+Value ReadDynamic(hlo::Builder& b, Value storage, const ViewRead& read, const std::vector<int64_t>& bucket,
                   const std::vector<bool>& dyn, const std::vector<Value>& size_params, size_t* next) {
-  Value v = b.Reshape(storage, bucket);
+  Value v = ReadPaddedView(b, storage, read, bucket);
   for (size_t d = 0; d < bucket.size(); ++d)
     if (dyn[d]) v = b.SetDimensionSize(v, size_params[(*next)++], static_cast<int64_t>(d));
   return v;
@@ -424,10 +655,30 @@ Value ReadDynamic(hlo::Builder& b, Value storage, const std::vector<int64_t>& bu
 // indices 0..bound-1 one at a time makes it static without moving the real
 // elements (XLA's dynamic-dimension inference drops a dim gathered with
 // slice size 1).
-Value PadDynamic(hlo::Builder& b, Value v, const std::vector<bool>& dyn) {
+// `order`: the result's dims in storage order (a permuted result, e.g. an
+// elementwise op on a transposed view, keeps its input's memory order).
+// `buffer`: the sizes the storage keeps (each dynamic dim at the bucket of
+// its bound: a cat's bound, its inputs' buckets summed, is no bucket; the
+// next op reads the result at its bucket).
+Value PadDynamic(hlo::Builder& b, Value v, std::vector<bool> dyn, const std::vector<int64_t>& order,
+                 std::vector<int64_t> buffer) {
+  bool permuted = false;
+  for (size_t d = 0; d < order.size(); ++d) permuted |= order[d] != static_cast<int64_t>(d);
+  if (permuted) {
+    v = b.Transpose(v, order);
+    std::vector<bool> moved;
+    std::vector<int64_t> sizes;
+    for (int64_t d : order) {
+      moved.push_back(dyn[d]);
+      sizes.push_back(buffer[d]);
+    }
+    dyn = moved;
+    buffer = sizes;
+  }
   for (size_t d = 0; d < dyn.size(); ++d) {
     if (!dyn[d]) continue;
-    Value rows = b.Iota(hlo::TensorType{ElementType::I32, {v.shape()[d], 1}}, 0);
+    // Rows past the bound repeat its last one (a gather clamps): padding.
+    Value rows = b.Iota(hlo::TensorType{ElementType::I32, {buffer[d], 1}}, 0);
     Value g = b.Gather(v, rows, {static_cast<int64_t>(d)});  // dim d first
     std::vector<int64_t> perm;
     for (size_t i = 0; i < dyn.size(); ++i)
@@ -456,8 +707,8 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
   size_t next = 0;
   std::vector<Value> reads(plan.inputs.size());
   for (size_t i = 0; i < plan.inputs.size(); ++i)
-    if (AnyDynamic(lay.in_dynamic[i]))
-      reads[i] = ReadDynamic(b, params[plan.inputs[i].storage_param], lay.in_bucket[i],
+    if (lay.reads[i])
+      reads[i] = ReadDynamic(b, params[plan.inputs[i].storage_param], *lay.reads[i], lay.in_bucket[i],
                              lay.in_dynamic[i], sizes, &next);
   Call bucket_call = call;
   bucket_call.specs = bucket_specs;
@@ -466,7 +717,7 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
     throw lowering::Unsupported("dynamic: op with device assertions or writes");
   std::vector<Value> outs;
   for (size_t k = 0; k < e.fresh_results.size(); ++k) {
-    outs.push_back(PadDynamic(b, e.fresh_results[k], dc.out_dynamic[k]));
+    outs.push_back(PadDynamic(b, e.fresh_results[k], dc.out_dynamic[k], dc.out_order[k], dc.out_buffer[k]));
   }
   b.Return(outs);
   return b.ToText();
@@ -490,9 +741,19 @@ DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const 
     if (smaller_specs[k].sizes.size() != big.size() || big.size() != call.specs[k].sizes.size())
       return nullptr;
     std::vector<bool> dyn(big.size());
-    for (size_t d = 0; d < big.size(); ++d) dyn[d] = big[d] != smaller_specs[k].sizes[d];
+    for (size_t d = 0; d < big.size(); ++d) {
+      dyn[d] = big[d] != smaller_specs[k].sizes[d];
+      // A static dim must be the real size (a rounded size, e.g. a
+      // logsumexp padded to 32 rows, would not follow): exact shapes then.
+      if (!dyn[d] && big[d] != call.specs[k].sizes[d]) return nullptr;
+    }
     dc.out_dynamic.push_back(dyn);
     dc.out_bucket.push_back(big);
+    dc.out_order.push_back(*StorageOrder(call.specs[k].sizes, call.specs[k].strides));
+    std::vector<int64_t> buffer = big;
+    for (size_t d = 0; d < big.size(); ++d)
+      if (dyn[d] && !lay.bounded) buffer[d] = Bucket(big[d]);  // a hint's max is the bucket itself
+    dc.out_buffer.push_back(buffer);
   }
   std::string text = BuildDynamicModule(call, lay, bucket_specs, dc);
   int64_t compiles = GetRuntime().stats().compiles;
@@ -502,50 +763,25 @@ DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const 
   return &(State().executables[key] = std::move(dc));
 }
 
-// A padded layout (real sizes at the front of each padded dim) as runs of
-// (real, padded) elements: size-1 dims dropped, an unpadded dim folded into
-// the one outside it (its rows stay contiguous in both).
-std::vector<std::pair<int64_t, int64_t>> LayoutRuns(const std::vector<int64_t>& real,
-                                                    const std::vector<int64_t>& padded) {
-  std::vector<std::pair<int64_t, int64_t>> runs;
-  for (size_t d = 0; d < real.size(); ++d) {
-    if (padded[d] == 1) continue;
-    if (real[d] == padded[d] && !runs.empty()) {
-      runs.back().first *= real[d];
-      runs.back().second *= padded[d];
-    } else {
-      runs.emplace_back(real[d], padded[d]);
-    }
-  }
-  return runs;
-}
-
-// Whether two padded layouts put every real element at the same place (a
-// reshape that splits or merges unpadded dims: a linear's [b, s, h*d] result
-// read as [b, s, h, d] heads).
-bool SameLayout(const std::vector<int64_t>& real_a, const std::vector<int64_t>& padded_a,
-                const std::vector<int64_t>& real_b, const std::vector<int64_t>& padded_b) {
-  if (padded_a.empty() || padded_b.empty()) return false;
-  return LayoutRuns(real_a, padded_a) == LayoutRuns(real_b, padded_b);
-}
-
-// A dynamic input's storage parameter: its buffer when it already holds the
-// input padded to the bucket (a dynamic op's result). Otherwise (the first
-// dynamic op of a chain) the storage is padded first, through the host: an
-// exact buffer's type changes with every size, so a device-side pad would
-// compile per size. The storage stays padded for its next readers.
-runtime::LaunchParam PaddedParam(runtime::DeviceStorage* s, const std::vector<int64_t>& real,
-                                 const std::vector<int64_t>& bucket, int device) {
-  bool exact_fits = !s->padded() && real == bucket;  // sizes at their bucket: the buffer as it is
-  if (!exact_fits && !SameLayout(s->real_shape, s->padded_shape, real, bucket)) {
+// A padded storage's parameter: its buffer when it already holds `layout`
+// (a dynamic op's result, or an exact buffer whose sizes sit at their
+// bucket). Otherwise (the first dynamic op of a chain) the storage is padded
+// first, through the host: an exact buffer's type changes with every size,
+// so a device-side pad would compile per size. The storage stays padded for
+// its next readers.
+runtime::LaunchParam PaddedParam(runtime::DeviceStorage* s, const StorageLayout& layout, int device) {
+  bool fits = s->padded() ? SameLayout({s->real_shape, s->padded_shape}, layout) : layout.real == layout.padded;
+  if (!fits) {
     auto opts = at::TensorOptions().dtype(ToScalarType(s->dtype));
-    at::Tensor value = at::empty(real, opts);
+    at::Tensor value = at::empty(layout.real, opts);
     DownloadStorage(*s, value.data_ptr());
-    at::Tensor padded = at::zeros(bucket, opts);
+    at::Tensor padded = at::zeros(layout.padded, opts);
     at::Tensor front = padded;
-    for (size_t d = 0; d < real.size(); ++d) front = front.narrow(static_cast<int64_t>(d), 0, real[d]);
+    for (size_t d = 0; d < layout.real.size(); ++d)
+      front = front.narrow(static_cast<int64_t>(d), 0, layout.real[d]);
     front.copy_(value);
-    s->SetPadded(GetRuntime().Upload(padded.data_ptr(), s->dtype, {padded.numel()}, device), real, bucket);
+    s->SetPadded(GetRuntime().Upload(padded.data_ptr(), s->dtype, {padded.numel()}, device), layout.real,
+                 layout.padded);
   }
   return runtime::LaunchParam::Of(s->buffer);
 }
@@ -572,9 +808,7 @@ std::vector<c10::IValue> LaunchDynamic(const Call& call, const DynamicCompiled& 
   launch.op = &call.desc->name;
   for (const Param& q : plan.params) {
     if (q.kind == Param::Kind::Storage && lay.capacity[q.storage] >= 0)
-      launch.params.push_back(PaddedParam(plan.storages[q.storage],
-                                          plan.inputs[PaddedInputIndex(plan, q.storage)].geometry.sizes,
-                                          lay.in_bucket[PaddedInputIndex(plan, q.storage)], plan.device));
+      launch.params.push_back(PaddedParam(plan.storages[q.storage], lay.storage_layout[q.storage], plan.device));
     else
       launch.params.push_back(LaunchValue(plan, q));
   }
@@ -587,8 +821,14 @@ std::vector<c10::IValue> LaunchDynamic(const Call& call, const DynamicCompiled& 
   for (size_t k = 0; k < call.specs.size(); ++k) {
     at::Tensor t = FreshTensor(call, k);
     runtime::DeviceStorage* s = StorageOf(t);
-    if (AnyDynamic(dc.out_dynamic[k]))
-      s->SetPadded(outs.at(k), call.specs[k].sizes, dc.out_bucket[k]);
+    if (AnyDynamic(dc.out_dynamic[k])) {
+      std::vector<int64_t> real, padded;  // storage order
+      for (int64_t d : dc.out_order[k]) {
+        real.push_back(call.specs[k].sizes[d]);
+        padded.push_back(dc.out_buffer[k][d]);
+      }
+      s->SetPadded(outs.at(k), real, padded);
+    }
     else
       s->Set(outs.at(k));
     if (lay.hinted) PropagateHints(t, dc.out_dynamic[k], dc.out_bucket[k], lay.bounded);
@@ -629,6 +869,7 @@ void CountCompile(const std::string& op, bool dynamic) {
   DynamicCounters& c = Counters();
   ++c.compiles_by_op[op];
   if (dynamic) ++c.dynamic_compiles_by_op[op];
+  else ++c.exact_reasons[op][g_dynamic_active ? t_exact_reason : "dynamic shapes off (TORCH_TPU_DYNAMIC_SHAPES=0)"];
 }
 void ForgetDynamicSizes() { State().signatures.clear(); }
 
@@ -645,13 +886,21 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
   if (!g_dynamic_active || !Eligible(call)) return std::nullopt;
   bool hinted = false;
   CallHints hints = HintsOfCall(call.plan, args, &hinted);
+  std::vector<bool> fixed = ParameterInputs(call.plan, args);
+  for (size_t i = 0; i < fixed.size(); ++i)
+    if (fixed[i])
+      for (auto& h : hints[i])
+        if (!h) h = DimHint{false, -1, -1};
+  t_exact_reason = "dynamic shapes off (TORCH_TPU_DYNAMIC_SHAPES=0)";
   if (mode == DynamicMode::Off && !hinted) return std::nullopt;
   DynamicState& state = State();
-  std::string sig = Signature(call.plan);
+  std::string sig = Signature(call.plan, fixed);
   SignatureState& st = state.signatures[sig];
+  t_exact_reason = "XLA could not pad this signature's module";
   if (st.exact_only) return std::nullopt;
   DynamicLayout lay;
   lay.in_dynamic = Observe(st, call.plan, mode, hints);
+  t_exact_reason = "first sizes of its signature";
   if (std::none_of(lay.in_dynamic.begin(), lay.in_dynamic.end(), AnyDynamic)) return std::nullopt;
   for (size_t i = 0; i < hints.size(); ++i)
     for (size_t d = 0; d < hints[i].size(); ++d)
@@ -661,8 +910,9 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
       }
   lay.in_bucket = BucketSizes(call.plan, lay.in_dynamic, hints);
   if (lay.hinted) UnifyHintedSizes(call.plan, hints, &lay);
-  if (!PaddedStorages(call.plan, lay.in_dynamic, lay.in_bucket, &lay.capacity)) return std::nullopt;
-  std::string key = DynamicKey(sig, call.plan, lay.in_dynamic, lay.in_bucket);
+  if (!PaddedStorages(call.plan, &lay)) return std::nullopt;
+  std::string key = DynamicKey(sig, call.plan, lay);
+  t_exact_reason = "XLA could not pad this signature's module";
   if (state.failed.count(key)) return std::nullopt;
   DynamicCompiled* dc = nullptr;
   auto found = state.executables.find(key);

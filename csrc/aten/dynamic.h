@@ -22,6 +22,8 @@ struct DynamicCounters {
   std::map<std::string, int64_t> compiles_by_op;
   // Of those, the bounded-dynamic ones (one per size bucket, not per shape).
   std::map<std::string, int64_t> dynamic_compiles_by_op;
+  // Why an exact-shape compile did not run dynamic: op -> reason -> count.
+  std::map<std::string, std::map<std::string, int64_t>> exact_reasons;
 };
 
 // Counts one strict-eager compile of `op` (`dynamic`: a bounded-dynamic one).

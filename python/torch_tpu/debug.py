@@ -17,7 +17,8 @@ def stats() -> dict[str, Any]:
     that reused one), dynamic_exact_fallbacks (signatures XLA could not pad,
     back to exact shapes); compiles_by_op (op name -> strict-eager compiles,
     exact-shape and dynamic: which ops still recompile for new shapes),
-    dynamic_compiles_by_op (of those, the bounded-dynamic ones).
+    dynamic_compiles_by_op (of those, the bounded-dynamic ones); exact_reasons
+    (op name -> why its exact-shape compiles did not run dynamic -> count).
     """
     return dict(_C._stats())
 
@@ -58,9 +59,12 @@ def _compile_section(s: dict[str, Any]) -> tuple[dict[str, int], list[str]]:
     lines = []
     if recompiling:
         lines.append(f"  recompiling per shape {len(recompiling)} ops (exact-shape compiles, most first):")
+        reasons = s.get("exact_reasons", {})
         for op, n in list(recompiling.items())[:20]:
             extra = f" (+{dyn[op]} dynamic)" if dyn.get(op) else ""
-            lines.append(f"    {op:<40} {n}{extra}")
+            why = sorted(reasons.get(op, {}).items(), key=lambda kv: -kv[1])
+            because = f"  exact: {why[0][0]}" if why else ""
+            lines.append(f"    {op:<40} {n}{extra}{because}")
         if len(recompiling) > 20:
             lines.append(f"    ... and {len(recompiling) - 20} more (report()['recompiling_ops'])")
         if _C._dynamic_shapes() == "0":

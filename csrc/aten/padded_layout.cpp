@@ -1,0 +1,142 @@
+// Padded storage layouts (padded_layout.h).
+#include "aten/padded_layout.h"
+
+#include <algorithm>
+#include <functional>
+
+namespace torch_tpu::aten {
+namespace {
+
+std::vector<int64_t> RealStrides(const std::vector<int64_t>& real) {
+  std::vector<int64_t> s(real.size(), 1);
+  for (size_t d = real.size(); d-- > 1;) s[d - 1] = s[d] * real[d];
+  return s;
+}
+
+// `base` with its dims split at every stride in `cuts` that falls inside
+// one; nullopt when a cut does not divide its dim or falls inside a padded
+// dim.
+std::optional<StorageLayout> Split(const StorageLayout& base, const std::vector<int64_t>& cuts) {
+  std::vector<int64_t> strides = RealStrides(base.real);
+  StorageLayout out;
+  for (size_t j = 0; j < base.real.size(); ++j) {
+    const int64_t inner = strides[j], extent = inner * base.real[j];
+    std::vector<int64_t> inside;
+    for (int64_t c : cuts)
+      if (c > inner && c < extent) inside.push_back(c);
+    std::sort(inside.begin(), inside.end(), std::greater<>());
+    inside.erase(std::unique(inside.begin(), inside.end()), inside.end());
+    if (!inside.empty() && base.real[j] != base.padded[j]) return std::nullopt;
+    if (inside.empty()) {
+      out.real.push_back(base.real[j]);
+      out.padded.push_back(base.padded[j]);
+      continue;
+    }
+    int64_t outer = extent;
+    inside.push_back(inner);
+    for (int64_t c : inside) {  // an unpadded dim: its pieces are unpadded too
+      if (c % inner || outer % c) return std::nullopt;
+      out.real.push_back(outer / c);
+      out.padded.push_back(outer / c);
+      outer = c;
+    }
+  }
+  return out;
+}
+
+void DropUnitDims(StorageLayout* l) {
+  StorageLayout kept;
+  for (size_t j = 0; j < l->real.size(); ++j) {
+    if (l->real[j] == 1 && l->padded[j] == 1) continue;
+    kept.real.push_back(l->real[j]);
+    kept.padded.push_back(l->padded[j]);
+  }
+  *l = std::move(kept);
+}
+
+}  // namespace
+
+std::optional<ViewRead> MapView(const lowering::ViewGeometry& g, int64_t offset, const StorageLayout& base) {
+  std::vector<int64_t> cuts;
+  for (size_t d = 0; d < g.sizes.size(); ++d) {
+    if (g.sizes[d] == 0) return std::nullopt;
+    if (g.sizes[d] > 1) {
+      if (g.strides[d] <= 0) return std::nullopt;
+      cuts.push_back(g.strides[d]);
+    }
+  }
+  std::optional<StorageLayout> layout = Split(base, cuts);
+  if (!layout) return std::nullopt;
+  DropUnitDims(&*layout);  // the same layout whatever size-1 dims its writer had
+  ViewRead read{*layout, std::vector<int64_t>(layout->real.size(), 0),
+                std::vector<int>(layout->real.size(), -1)};
+  std::vector<int64_t> strides = RealStrides(layout->real);
+  std::vector<int64_t> extent(layout->real.size(), 1);
+  for (size_t d = 0; d < g.sizes.size(); ++d) {
+    if (g.sizes[d] == 1) continue;
+    // A size-1 layout dim shares its inner neighbour's stride: skip it.
+    size_t j = 0;
+    while (j < strides.size() && (strides[j] != g.strides[d] || layout->real[j] == 1)) ++j;
+    if (j == strides.size() || read.view_dim[j] >= 0 || g.sizes[d] > layout->real[j]) return std::nullopt;
+    read.view_dim[j] = static_cast<int>(d);
+    extent[j] = g.sizes[d];
+  }
+  int64_t rest = offset;
+  for (size_t j = 0; j < strides.size(); ++j) {
+    read.start[j] = rest / strides[j];
+    rest %= strides[j];
+    if (read.start[j] + extent[j] > layout->real[j]) return std::nullopt;
+  }
+  if (rest != 0) return std::nullopt;
+  return read;
+}
+
+std::vector<std::pair<int64_t, int64_t>> LayoutRuns(const StorageLayout& l) {
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  for (size_t d = 0; d < l.real.size(); ++d) {
+    if (l.padded[d] == 1) continue;
+    if (l.real[d] == l.padded[d] && !runs.empty()) {
+      runs.back().first *= l.real[d];
+      runs.back().second *= l.padded[d];
+    } else {
+      runs.emplace_back(l.real[d], l.padded[d]);
+    }
+  }
+  return runs;
+}
+
+bool SameLayout(const StorageLayout& a, const StorageLayout& b) {
+  if (a.padded.empty() || b.padded.empty()) return false;
+  return LayoutRuns(a) == LayoutRuns(b);
+}
+
+hlo::Value ReadPaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& read,
+                          const std::vector<int64_t>& view_sizes) {
+  const StorageLayout& l = read.layout;
+  hlo::Value v = b.Reshape(buffer, l.padded);
+  std::vector<int64_t> limit(l.padded.size()), kept_sizes;
+  std::vector<std::pair<int, size_t>> kept;  // (view dim, layout dim) of the dims the view reads
+  bool windowed = false;
+  for (size_t j = 0; j < l.padded.size(); ++j) {
+    int64_t extent = read.view_dim[j] >= 0 ? view_sizes[read.view_dim[j]] : 1;
+    limit[j] = read.start[j] + extent;
+    windowed |= read.start[j] != 0 || limit[j] != l.padded[j];
+    if (read.view_dim[j] >= 0) kept.emplace_back(read.view_dim[j], j);
+  }
+  if (windowed) v = b.Slice(v, read.start, limit, std::vector<int64_t>(l.padded.size(), 1));
+  std::sort(kept.begin(), kept.end());  // view order
+  std::vector<int64_t> dropped;         // the read dims, layout order
+  for (size_t j = 0; j < l.padded.size(); ++j)
+    if (read.view_dim[j] >= 0) dropped.push_back(limit[j] - read.start[j]);
+  v = b.Reshape(v, dropped);
+  std::vector<int64_t> rank_in_layout;  // per kept dim (view order): its place in `dropped`
+  for (const auto& [d, j] : kept) {
+    int64_t place = 0;
+    for (size_t i = 0; i < j; ++i) place += read.view_dim[i] >= 0;
+    rank_in_layout.push_back(place);
+  }
+  v = b.Transpose(v, rank_in_layout);
+  return b.Reshape(v, view_sizes);
+}
+
+}  // namespace torch_tpu::aten

@@ -1,0 +1,138 @@
+"""Bounded dynamic shapes through views, joins and attention (dynamic.cpp,
+padded_layout.cpp).
+
+A dynamic op reads a view of a padded (or exact) storage when the view is a
+permutation of windows of the storage's dims: heads split out of a hidden dim
+and transposed, RoPE's halves, a transposed key. A result keeps its input's
+memory order (an elementwise op on a transposed view). `cat` grows a KV cache,
+attention runs over it, parameters keep their shapes. Each test warms two
+sizes, then checks that new sizes inside the bucket compile nothing and give
+CPU's numbers.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_tpu
+from torch_tpu import debug, dynamic
+
+
+@pytest.fixture(autouse=True)
+def auto_mode():
+    dynamic.forget_sizes()
+    with dynamic.dynamic_shapes("auto"):
+        yield
+
+
+def rope_attention(x, w, cos, sin, heads):
+    """Llama-style: project, split heads (a transposed view), rotate halves,
+    causal attention, merge heads (a clone of a transposed view)."""
+    b, s, _ = x.shape
+    q = F.linear(x, w).view(b, s, heads, -1).transpose(1, 2)
+    half = q.shape[-1] // 2
+    rotated = torch.cat((-q[..., half:], q[..., :half]), dim=-1)
+    q = q * cos[:s] + rotated * sin[:s]
+    scores = torch.softmax(q @ q.transpose(-1, -2) / 3.0, dim=-1)
+    out = (scores @ q).transpose(1, 2).contiguous()
+    return out.view(b, s, -1)
+
+
+def test_transposed_and_sliced_views_run_dynamic():
+    torch.manual_seed(0)
+    heads, dim, hidden = 3, 10, 30
+    w = torch.randn(heads * dim, hidden) / 5
+    cos, sin = torch.randn(48, dim), torch.randn(48, dim)
+    dev = [t.to("tpu") for t in (w, cos, sin)]
+    for s in (33, 34):  # the first compiles static, the second the 36-bucket
+        rope_attention(torch.randn(1, s, hidden).to("tpu"), *dev, heads).cpu()
+    for s in (35, 36):
+        x = torch.randn(1, s, hidden)
+        xt = x.to("tpu")
+        debug.reset_stats()
+        got = rope_attention(xt, *dev, heads)
+        compiles = debug.stats()["compiles"]
+        torch.testing.assert_close(got.cpu(), rope_attention(x, w, cos, sin, heads), rtol=1e-5, atol=1e-5)
+        st = debug.stats()
+        assert compiles == 0, (s, st["compiles_by_op"], st["dynamic_compiles_by_op"], st["exact_reasons"])
+
+
+def test_a_result_keeps_its_inputs_memory_order():
+    x = torch.randn(2, 3, 40, 7)
+    for s in (38, 39):
+        (torch.randn(2, 3, s, 7).to("tpu").transpose(1, 2) * 2.0).cpu()
+    xt = x.to("tpu").transpose(1, 2)
+    debug.reset_stats()
+    y = xt * 2.0
+    assert debug.stats()["compiles"] == 0
+    assert y.stride() == (x.transpose(1, 2) * 2.0).stride()  # PyTorch's strides, not contiguous ones
+    torch.testing.assert_close(y.cpu(), x.transpose(1, 2) * 2.0, rtol=0, atol=0)
+    torch.testing.assert_close((y + 1).cpu(), x.transpose(1, 2) * 2.0 + 1, rtol=0, atol=0)
+
+
+def test_a_growing_kv_cache_compiles_nothing_inside_its_bucket():
+    torch.manual_seed(1)
+    q = torch.randn(1, 2, 1, 6)
+    cache_cpu = torch.randn(1, 2, 67, 6)
+    cache = cache_cpu.to("tpu")
+    qt = q.to("tpu")
+    compiles, downloads = [], []
+    for _ in range(10):  # lengths 68..77: the 72 bucket (65..72), then 80
+        new = torch.randn(1, 2, 1, 6)
+        cache_cpu = torch.cat([cache_cpu, new], dim=2)
+        new = new.to("tpu")
+        debug.reset_stats()
+        cache = torch.cat([cache, new], dim=2)
+        got = F.scaled_dot_product_attention(qt, cache, cache)
+        st = debug.stats()
+        compiles.append(st["compiles"])
+        downloads.append(st["transfers_to_host"])  # a host-side re-pad downloads first
+        torch.testing.assert_close(got.cpu(), F.scaled_dot_product_attention(q, cache_cpu, cache_cpu),
+                                   rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(cache.cpu(), cache_cpu, rtol=0, atol=0)
+    # 68 static; 69 compiles the 72 bucket of cat and attention. A cat keeps
+    # its result at its bound's bucket (72 + 1 rows: 80), which its readers
+    # take through a window: the first read of such a buffer compiles once
+    # (70: cat; 73: attention; 74, 75: the 80 bucket and its 88-row buffer);
+    # everything else hits.
+    assert compiles[3:5] == [0, 0] and compiles[8:] == [0, 0] and sum(compiles[1:]) <= 7, str(compiles)
+    # The cache stays padded on the device from step to step (each step's
+    # result at its bound's bucket): no host round trip.
+    assert downloads[2:] == [0] * 8, downloads  # 69: the exact cache padded once
+    assert torch_tpu._C._padded_shape(cache) == [1, 2, 88, 6]
+
+
+def test_causal_attention_with_unequal_lengths_stays_exact_and_right():
+    torch.manual_seed(2)
+    for s in (21, 22):
+        q, k = torch.randn(1, 2, s, 8), torch.randn(1, 2, s + 3, 8)
+        got = F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), k.to("tpu"), is_causal=True)
+        torch.testing.assert_close(got.cpu(), F.scaled_dot_product_attention(q, k, k, is_causal=True),
+                                   rtol=1e-5, atol=1e-5)
+    reasons = debug.stats()["exact_reasons"].get("_scaled_dot_product_efficient_attention", {})
+    assert "causal attention with unequal query and key lengths" in reasons, reasons
+
+
+def test_parameters_keep_their_shapes():
+    torch.manual_seed(3)
+    a, b = torch.nn.Linear(12, 26).to("tpu"), torch.nn.Linear(12, 14).to("tpu")
+    with torch.no_grad():
+        for s in (43, 44, 45):
+            x = torch.randn(s, 12).to("tpu")
+            a(x).cpu(), b(x).cpu()
+    for p in (a.weight, b.weight):  # one signature per weight shape: never padded
+        assert torch_tpu._C._padded_shape(p) == []
+    x = torch.randn(45, 12)
+    torch.testing.assert_close(a(x.to("tpu")).detach().cpu(), F.linear(x, a.weight.detach().cpu(),
+                                                                    a.bias.detach().cpu()), rtol=1e-5, atol=1e-5)
+
+
+def test_report_names_why_an_op_ran_exact():
+    x = torch.randn(5, 31).to("tpu")
+    for s in (5, 6):
+        y = torch.randn(s, 31).to("tpu")
+        y.add_(1.0)  # in-place: exact shapes
+    reasons = debug.stats()["exact_reasons"]
+    assert reasons.get("add_.Tensor", reasons.get("add_.Scalar", {})).get("in-place or out= variant"), reasons
+    assert x.shape == (5, 31)
