@@ -17,6 +17,7 @@ using c10::IValue;
 class GraphTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    setenv("TORCH_TPU_CACHE_DIR", "", 1);  // no disk cache in unit tests: real compiles
     const char* plugin = std::getenv("TORCH_TPU_TEST_CPU_PLUGIN");
     ConfigurePlugin(plugin && *plugin ? plugin : TORCH_TPU_DEFAULT_CPU_PLUGIN, 1);
     RegisterDevice();
@@ -105,6 +106,26 @@ TEST_F(GraphTest, MutatedInputUpdatedInPlace) {
   g.Run({b, t});
   EXPECT_TRUE(at::allclose(b.cpu(), x_ + 2 * y_)) << b.cpu();
   EXPECT_EQ(GraphMutations().donated, donated + 2);
+}
+
+// A random op without a generator argument draws from the default
+// generator: a state parameter the graph advances on every run.
+TEST_F(GraphTest, RandomOpDrawsFreshValuesPerRun) {
+  Graph g;
+  const int64_t n = 4096;
+  int x = g.AddInput(at::kFloat, {n});
+  std::vector<int> out = g.AddOp("native_dropout", {V(x), IValue(0.25), IValue(true)},
+                                 {{at::kFloat, {n}}, {at::kBool, {n}}});
+  g.SetOutputs(out, {{1}, {1}}, {});
+  g.Compile(0);
+  at::Tensor ones = at::ones({n});
+  std::vector<at::Tensor> first = g.Run({Tpu(ones)}), second = g.Run({Tpu(ones)});
+  at::Tensor y = first[0].cpu(), mask = first[1].cpu();
+  // Kept values are scaled by 1 / (1 - p), dropped ones are zero.
+  EXPECT_TRUE(at::allclose(y, mask.to(at::kFloat) / 0.75));
+  double kept = mask.to(at::kFloat).mean().item<double>();
+  EXPECT_NEAR(kept, 0.75, 0.05);
+  EXPECT_FALSE(at::equal(mask, second[1].cpu()));
 }
 
 TEST_F(GraphTest, BadNodesThrow) {
