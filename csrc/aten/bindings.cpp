@@ -3,6 +3,7 @@
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Event.h>
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/extension.h>
 
@@ -15,7 +16,6 @@
 namespace {
 
 using torch_tpu::aten::Graph;
-using torch_tpu::aten::GraphArg;
 using torch_tpu::aten::GraphTensorType;
 
 at::ScalarType DtypeOf(const py::handle& h) {
@@ -40,67 +40,59 @@ std::vector<GraphTensorType> TypesOf(const py::list& l) {
   return out;
 }
 
-// A Python number: its value and category (Bool, I64 or F64).
-void AddNumber(GraphArg& g, const py::handle& h) {
-  using E = torch_tpu::hlo::ElementType;
-  if (py::isinstance<py::bool_>(h)) {
-    g.numbers.push_back(h.cast<bool>());
-    g.integers.push_back(h.cast<bool>());
-    g.categories.push_back(E::Bool);
-  } else if (py::isinstance<py::int_>(h)) {
-    g.numbers.push_back(0);
-    g.integers.push_back(h.cast<int64_t>());
-    g.categories.push_back(E::I64);
-  } else if (py::isinstance<py::float_>(h)) {
-    g.numbers.push_back(h.cast<double>());
-    g.integers.push_back(0);
-    g.categories.push_back(E::F64);
-  } else {
-    throw std::runtime_error("torch_tpu graph: unsupported scalar " + std::string(py::repr(h)));
-  }
+// A graph value in the arguments compile.py passes (torch_tpu._C._GraphValue).
+struct GraphValueId {
+  int id;
+};
+
+// What a Tensor slot of a graph op holds: a graph value, or a Python number
+// (a wrapped scalar, as in eager).
+c10::IValue GraphTensorOf(const py::handle& h) {
+  if (h.is_none()) return {};
+  if (py::isinstance<GraphValueId>(h)) return Graph::ValueArg(h.cast<GraphValueId>().id);
+  if (py::isinstance<py::bool_>(h)) return h.cast<bool>();
+  if (py::isinstance<py::int_>(h)) return h.cast<int64_t>();
+  if (py::isinstance<py::float_>(h)) return h.cast<double>();
+  throw std::runtime_error("torch_tpu graph: tensor argument " + std::string(py::repr(h)));
 }
 
-// compile.py's (tag, value) argument tuples.
-GraphArg ArgOf(const py::handle& h) {
-  using K = GraphArg::Kind;
-  auto t = h.cast<py::tuple>();
-  std::string tag = t[0].cast<std::string>();
-  GraphArg g;
-  if (tag == "none") {
-    g.kind = K::None;
-  } else if (tag == "tensor") {
-    g.kind = K::Tensor;
-    g.ids.push_back(t[1].cast<int>());
-  } else if (tag == "tensors") {
-    g.kind = K::Tensors;
-    for (auto e : t[1]) g.ids.push_back(e.is_none() ? -1 : e.cast<int>());
-  } else if (tag == "scalar") {
-    g.kind = K::Scalar;
-    AddNumber(g, t[1]);
-  } else if (tag == "scalars") {
-    g.kind = K::Scalars;
-    for (auto e : t[1]) AddNumber(g, e);
-  } else if (tag == "int" || tag == "bool") {
-    g.kind = tag == "int" ? K::Int : K::Bool;
-    g.integers.push_back(tag == "int" ? t[1].cast<int64_t>() : (t[1].cast<bool>() ? 1 : 0));
-  } else if (tag == "ints") {
-    g.kind = K::Ints;
-    for (auto e : t[1]) g.integers.push_back(e.cast<int64_t>());
-  } else if (tag == "float") {
-    g.kind = K::Float;
-    g.f = t[1].cast<double>();
-  } else if (tag == "str") {
-    g.kind = K::Str;
-    g.s = t[1].cast<std::string>();
-  } else if (tag == "dtype") {
-    g.kind = K::Dtype;
-    g.dtype = DtypeOf(t[1]);
-  } else if (tag == "generator") {
-    g.kind = K::Generator;
-  } else {
-    throw std::runtime_error("torch_tpu graph: unknown argument tag '" + tag + "'");
+// One FX argument of a graph op as the IValue an eager call would get
+// (graph tensors as Graph::ValueArg): the decoder (call_args.h) reads it.
+c10::IValue GraphArgOf(const py::handle& h, const c10::Argument& arg) {
+  if (h.is_none()) return {};
+  c10::TypePtr type = arg.real_type();
+  if (type->kind() == c10::TypeKind::OptionalType) type = type->castRaw<c10::OptionalType>()->getElementType();
+  switch (type->kind()) {
+    case c10::TypeKind::TensorType:
+      return GraphTensorOf(h);
+    case c10::TypeKind::GeneratorType:
+      throw std::runtime_error("torch_tpu graph: an explicit generator");
+    case c10::TypeKind::LayoutType:
+    case c10::TypeKind::DeviceObjType:
+    case c10::TypeKind::MemoryFormatType:
+      return {};  // no rule reads them
+    case c10::TypeKind::ListType:
+      if (type->castRaw<c10::ListType>()->getElementType()->kind() != c10::TypeKind::TensorType &&
+          type->castRaw<c10::ListType>()->getElementType()->kind() != c10::TypeKind::OptionalType)
+        break;
+      {
+        c10::impl::GenericList list(c10::AnyType::get());
+        for (auto e : h) list.push_back(GraphTensorOf(e));
+        return list;
+      }
+    default:
+      break;
   }
-  return g;
+  return torch::jit::toIValue(h, type);
+}
+
+std::vector<c10::IValue> GraphArgsOf(const std::string& op, const py::list& values) {
+  const auto& schema = Graph::Schema(op).arguments();
+  TORCH_CHECK(values.size() == schema.size(), op, ": expected ", schema.size(), " arguments, got ",
+              values.size());
+  std::vector<c10::IValue> args;
+  for (size_t i = 0; i < schema.size(); ++i) args.push_back(GraphArgOf(values[i], schema[i]));
+  return args;
 }
 
 // Exceptions as Python RuntimeError with the message (c10::Error included).
@@ -116,17 +108,19 @@ auto Guarded(F f) {
 }
 
 void RegisterGraphBindings(py::module_& m) {
+  py::class_<GraphValueId>(m, "_GraphValue")
+      .def(py::init<int>())
+      .def_readonly("id", &GraphValueId::id)
+      .def("__repr__", [](const GraphValueId& v) { return "_GraphValue(" + std::to_string(v.id) + ")"; })
+      .def(py::pickle([](const GraphValueId& v) { return py::make_tuple(v.id); },
+                      [](const py::tuple& t) { return GraphValueId{t[0].cast<int>()}; }));
   py::class_<Graph>(m, "_Graph")
       .def(py::init<>())
       .def("add_input", [](Graph& g, py::handle dtype, py::handle shape) {
         return Guarded([&] { return g.AddInput(DtypeOf(dtype), ShapeOf(shape)); });
       })
       .def("add_op", [](Graph& g, const std::string& op, const py::list& args, const py::list& outputs) {
-        return Guarded([&] {
-          std::vector<GraphArg> converted;
-          for (auto h : args) converted.push_back(ArgOf(h));
-          return g.AddOp(op, converted, TypesOf(outputs));
-        });
+        return Guarded([&] { return g.AddOp(op, GraphArgsOf(op, args), TypesOf(outputs)); });
       })
       .def(
           "set_outputs",

@@ -3,6 +3,7 @@
 // results are converted to PyTorch's dtypes and written back through the
 // destinations' views (a fresh output becomes a flat storage value).
 #include "aten/call.h"
+#include "aten/call_args.h"
 
 namespace torch_tpu::aten {
 
@@ -38,25 +39,8 @@ std::vector<Arg> RuleArgs(const Plan& plan, hlo::Builder& b, const std::vector<V
     return Read(plan, b, params, idx);
   };
   std::vector<Arg> rule_args;
-  for (size_t i = 0; i < plan.args.size(); ++i) {
-    if (i < plan.is_out.size() && plan.is_out[i]) continue;
-    const ArgPlan& ap = plan.args[i];
-    Arg a = ap.literal;
-    a.kind = ap.kind;
-    if (ap.kind == Arg::Kind::Tensor) {
-      a.tensor = ap.param >= 0 ? params[ap.param] : read(ap.tensors[0]);
-    } else if (ap.kind == Arg::Kind::TensorList) {
-      for (int t : ap.tensors) a.tensors.push_back(t >= 0 ? read(t) : Value());
-    } else if (ap.kind == Arg::Kind::Scalar || ap.kind == Arg::Kind::Generator) {
-      a.tensor = params[ap.param];
-    } else if (ap.kind == Arg::Kind::Double && ap.param >= 0) {
-      a.tensor = params[ap.param];
-    } else if (ap.kind == Arg::Kind::ScalarList) {
-      for (size_t k = 0; k < ap.tensors.size(); ++k) a.tensors.push_back(params[ap.tensors[k]]);
-      a.ints = ap.literal.ints;  // each element's category (ElementType)
-    }
-    rule_args.push_back(a);
-  }
+  for (size_t i = 0; i < plan.args.size(); ++i)
+    if (i >= plan.is_out.size() || !plan.is_out[i]) rule_args.push_back(RuleArg(plan.args[i], params, read));
   return rule_args;
 }
 

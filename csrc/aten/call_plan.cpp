@@ -4,6 +4,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include "aten/call.h"
+#include "aten/call_args.h"
 #include "aten/dynamic.h"
 
 namespace torch_tpu::aten {
@@ -30,11 +31,6 @@ size_t StorageIndex(Plan& p, DeviceStorage* s) {
   p.storages.push_back(s);
   p.storage_param.push_back(-1);
   return p.storages.size() - 1;
-}
-
-int AddParam(Plan& p, Param param) {
-  p.params.push_back(std::move(param));
-  return static_cast<int>(p.params.size()) - 1;
 }
 
 int StorageParam(Plan& p, size_t storage) {
@@ -80,42 +76,6 @@ int AddTensor(Plan& p, const at::Tensor& t, const std::string& op) {
   return static_cast<int>(p.inputs.size()) - 1;
 }
 
-ElementType ScalarCategory(const c10::Scalar& s) {
-  if (s.isBoolean()) return ElementType::Bool;
-  if (s.isIntegral(false)) return ElementType::I64;
-  if (s.isFloatingPoint()) return ElementType::F64;
-  return ElementType::C128;  // complex: c10::Scalar holds a complex<double>
-}
-
-// A scalar's exact value as text (hex floats), for cache keys.
-std::string ExactString(const c10::Scalar& s) {
-  if (s.isFloatingPoint()) {
-    char buf[64];
-    std::snprintf(buf, sizeof(buf), "%a", s.toDouble());
-    return buf;
-  }
-  if (s.isBoolean()) return s.toBool() ? "true" : "false";
-  if (s.isComplex()) {
-    char buf[96];
-    auto z = s.toComplexDouble();
-    std::snprintf(buf, sizeof(buf), "(%a,%a)", z.real(), z.imag());
-    return buf;
-  }
-  return std::to_string(s.toLong());
-}
-
-ArgPlan ScalarArg(Plan& p, const c10::Scalar& s) {
-  ArgPlan a;
-  a.kind = Arg::Kind::Scalar;
-  a.literal.scalar_type = ScalarCategory(s);
-  Param q{Param::Kind::Scalar};
-  q.scalar = s;
-  q.dtype = a.literal.scalar_type;
-  a.param = AddParam(p, q);
-  p.key += std::string("S") + hlo::Name(q.dtype);
-  return a;
-}
-
 ArgPlan TensorArg(Plan& p, const at::Tensor& t, const std::string& op) {
   ArgPlan a;
   if (t.device().type() == c10::DeviceType::PrivateUse1) {
@@ -126,7 +86,7 @@ ArgPlan TensorArg(Plan& p, const at::Tensor& t, const std::string& op) {
   TORCH_CHECK(t.device().is_cpu() && t.dim() == 0,
               "Expected all tensors to be on the same device, but found at least two "
               "devices, tpu and ", t.device(), "! (when checking argument for ", op, ")");
-  if (t.unsafeGetTensorImpl()->is_wrapped_number()) return ScalarArg(p, t.item());
+  if (t.unsafeGetTensorImpl()->is_wrapped_number()) return DecodeScalar(p, t.item());
   a.kind = Arg::Kind::Tensor;
   a.literal.is_cpu_scalar = true;
   Param q{Param::Kind::CpuTensor};
@@ -137,132 +97,15 @@ ArgPlan TensorArg(Plan& p, const at::Tensor& t, const std::string& op) {
   return a;
 }
 
-c10::TypePtr Unwrap(const c10::TypePtr& t) {
-  if (t->kind() == c10::TypeKind::OptionalType) return t->castRaw<c10::OptionalType>()->getElementType();
-  return t;
-}
+// Eager tensors are views of storages (or CPU scalars).
+class StorageReads final : public TensorSource {
+ public:
+  explicit StorageReads(const std::string& op) : op_(op) {}
+  ArgPlan Tensor(Plan& p, const c10::IValue& v) override { return TensorArg(p, v.toTensor(), op_); }
 
-std::vector<int64_t> IntList(const c10::IValue& v) {
-  if (v.isIntList()) return v.toIntVector();
-  std::vector<int64_t> out;
-  for (const auto& e : v.toListRef()) out.push_back(e.isInt() ? e.toInt() : e.toSymInt().expect_int());
-  return out;
-}
-
-ArgPlan PlanArg(Plan& p, const c10::Argument& arg, const c10::IValue& v, const std::string& op,
-                bool runtime_floats) {
-  ArgPlan a;
-  if (v.isNone() || (v.isTensor() && !v.toTensor().defined())) {
-    p.key += "N";
-    return a;
-  }
-  c10::TypePtr type = Unwrap(arg.real_type());
-  switch (type->kind()) {
-    case c10::TypeKind::TensorType:
-      return TensorArg(p, v.toTensor(), op);
-    case c10::TypeKind::NumberType:
-      return ScalarArg(p, v.toScalar());
-    case c10::TypeKind::IntType:
-    case c10::TypeKind::SymIntType:
-      a.kind = Arg::Kind::Int;
-      a.literal.i = v.isInt() ? v.toInt() : v.toSymInt().expect_int();
-      p.key += "I" + std::to_string(a.literal.i);
-      return a;
-    case c10::TypeKind::FloatType:
-      a.kind = Arg::Kind::Double;
-      a.literal.d = v.toDouble();
-      if (runtime_floats) {  // also a runtime parameter; the value stays out of the key
-        Param q{Param::Kind::Scalar};
-        q.scalar = v.toDouble();
-        q.dtype = ElementType::F64;
-        a.param = AddParam(p, q);
-        p.key += "d";
-      } else {
-        p.key += "D" + ExactString(c10::Scalar(a.literal.d));
-      }
-      return a;
-    case c10::TypeKind::BoolType:
-      a.kind = Arg::Kind::Bool;
-      a.literal.i = v.toBool();
-      p.key += a.literal.i ? "B1" : "B0";
-      return a;
-    case c10::TypeKind::StringType:
-      a.kind = Arg::Kind::String;
-      a.literal.s = v.toStringRef();
-      p.key += "s" + a.literal.s;
-      return a;
-    case c10::TypeKind::ScalarTypeType:
-      a.kind = Arg::Kind::ScalarType;
-      a.literal.dtype = ToElementType(v.toScalarType(), op.c_str());
-      p.key += std::string("t") + hlo::Name(a.literal.dtype);
-      return a;
-    case c10::TypeKind::MemoryFormatType:
-      p.key += "m" + std::to_string(static_cast<int>(v.toMemoryFormat()));
-      return a;
-    case c10::TypeKind::LayoutType:
-    case c10::TypeKind::DeviceObjType:
-      return a;
-    case c10::TypeKind::GeneratorType: {
-      a.kind = Arg::Kind::Generator;
-      Param q{Param::Kind::Rng};
-      a.param = AddParam(p, q);  // filled in Run() once numel is known
-      p.key += "G";
-      return a;
-    }
-    case c10::TypeKind::ListType: {
-      c10::TypePtr elem = Unwrap(type->castRaw<c10::ListType>()->getElementType());
-      if (elem->kind() == c10::TypeKind::TensorType) {
-        a.kind = Arg::Kind::TensorList;
-        p.key += "[";
-        for (const auto& e : v.toListRef()) {
-          if (e.isNone() || (e.isTensor() && !e.toTensor().defined())) {
-            a.tensors.push_back(-1);
-            p.key += "N";
-            continue;
-          }
-          ArgPlan t = TensorArg(p, e.toTensor(), op);
-          if (t.kind != Arg::Kind::Tensor || t.tensors.empty())
-            throw lowering::Unsupported(op + ": CPU tensors inside a tensor list");
-          a.tensors.push_back(t.tensors[0]);
-        }
-        p.key += "]";
-        return a;
-      }
-      if (elem->kind() == c10::TypeKind::IntType || elem->kind() == c10::TypeKind::SymIntType) {
-        a.kind = Arg::Kind::IntList;
-        a.literal.ints = IntList(v);
-        p.key += "L" + hlo::Ints(a.literal.ints);
-        return a;
-      }
-      if (elem->kind() == c10::TypeKind::NumberType) {  // Scalar[]: runtime params
-        a.kind = Arg::Kind::ScalarList;
-        p.key += "[";
-        for (const auto& e : v.toListRef()) {
-          ArgPlan sa = ScalarArg(p, e.toScalar());
-          a.tensors.push_back(sa.param);
-          a.literal.ints.push_back(static_cast<int64_t>(sa.literal.scalar_type));
-        }
-        p.key += "]";
-        return a;
-      }
-      if (elem->kind() == c10::TypeKind::BoolType) {
-        a.kind = Arg::Kind::IntList;
-        for (bool b : v.toBoolList()) a.literal.ints.push_back(b);
-        p.key += "L" + hlo::Ints(a.literal.ints);
-        return a;
-      }
-      break;
-    }
-    default:
-      break;
-  }
-  throw lowering::Unsupported(op + ": argument '" + arg.name() + "' of type " + type->str() +
-                              " is not supported natively");
-}
-
-}  // namespace
-
-namespace {
+ private:
+  const std::string& op_;
+};
 
 // Writes into existing tensors (in-place self, out= tensors).
 void PlanDestinations(Plan& plan, const OpDesc& desc, const std::vector<c10::IValue>& args) {
@@ -310,30 +153,6 @@ void PlanDestinations(Plan& plan, const OpDesc& desc, const std::vector<c10::IVa
   }
 }
 
-void AddGenerator(Plan& plan, ArgPlan& a) {
-  a.kind = Arg::Kind::Generator;
-  a.param = AddParam(plan, Param{Param::Kind::Rng});
-  plan.key += "G";
-}
-
-// Generators appear as None when not given: they still need a state param.
-// Random rules of ops without a generator argument (native_dropout, ...)
-// draw from the default generator: an extra, last argument.
-void PlanGenerators(Plan& plan, const OpDesc& desc, const c10::FunctionSchema& schema) {
-  bool has_generator = false;
-  for (size_t i = 0; i < plan.args.size(); ++i) {
-    if (plan.args[i].kind == Arg::Kind::Generator) has_generator = true;
-    if (plan.args[i].kind != Arg::Kind::None || plan.is_out[i]) continue;
-    if (Unwrap(schema.arguments()[i].real_type())->kind() != c10::TypeKind::GeneratorType) continue;
-    AddGenerator(plan, plan.args[i]);
-    has_generator = true;
-  }
-  if (desc.rule->random() && !has_generator) {
-    plan.args.emplace_back();
-    AddGenerator(plan, plan.args.back());
-  }
-}
-
 // The parts of the key that are not arguments: matmul precision, the float
 // width of scalars, the device, and (without tensor inputs) scalar values.
 void FinishKey(Plan& plan) {
@@ -347,12 +166,7 @@ void FinishKey(Plan& plan) {
     for (const auto& q : plan.params)
       if (q.kind == Param::Kind::Scalar) plan.key += "=" + ExactString(q.scalar) + ";";
   }
-  // Float scalars run in f32 unless an f64 tensor takes part.
-  for (auto& q : plan.params)
-    if (q.kind == Param::Kind::Scalar && q.dtype == ElementType::F64 && !plan.any_f64)
-      q.dtype = ElementType::F32;
-    else if (q.kind == Param::Kind::Scalar && q.dtype == ElementType::C128 && !plan.any_f64)
-      q.dtype = ElementType::C64;
+  SetScalarWidths(plan);
   plan.key += plan.any_f64 ? "|f64" : "|f32";
   // Executables are compiled for one device: the same op on another device
   // is another entry (device 0 keeps the plain key).
@@ -375,16 +189,10 @@ Plan PlanCall(const OpDesc& desc, const c10::FunctionSchema& schema,
   plan.storages.reserve(args.size());
   plan.storage_param.reserve(args.size());
   for (size_t i : desc.out_args) plan.is_out[i] = true;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (plan.is_out[i]) {
-      plan.args.emplace_back();
-      continue;
-    }
-    plan.args.push_back(PlanArg(plan, schema.arguments()[i], args[i], desc.name,
-                                desc.rule->IsRuntimeFloat(schema.arguments()[i].name())));
-  }
+  StorageReads tensors(desc.name);
+  DecodeArgs(plan, *desc.rule, schema.arguments(), args, tensors, desc.name);
   PlanDestinations(plan, desc, args);
-  PlanGenerators(plan, desc, schema);
+  DecodeGenerators(plan, *desc.rule, schema.arguments());
   FinishKey(plan);
   return plan;
 }

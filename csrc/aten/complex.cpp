@@ -12,8 +12,8 @@
 #include <ATen/ops/view_as_real_native.h>
 #include <torch/library.h>
 
+#include "aten/storage_module.h"
 #include "aten/tpu.h"
-#include "runtime/launcher.h"
 
 namespace torch_tpu::aten {
 
@@ -58,21 +58,11 @@ bool ReinterpretComplexStorage(runtime::DeviceStorage* s, ElementType to) {
   int64_t from_numel = static_cast<int64_t>(s->nbytes) / hlo::ByteSize(from);
   int64_t to_numel = static_cast<int64_t>(s->nbytes) / hlo::ByteSize(to);
   if (from_numel == 0) return false;
-  auto& rt = GetRuntime();
   std::string key = std::string("reinterpret|") + hlo::Name(from) + "|" + hlo::Name(to) + "|" +
                     std::to_string(from_numel);
-  auto exe = rt.GetOrCompile(key, s->device, [&] {
-    return ReinterpretModule(from, from_numel, to, to_numel);
-  });
   static const std::string op = "reinterpret complex storage";
-  runtime::Launch launch;
-  launch.exe = exe.get();
-  launch.device = s->device;
-  launch.op = &op;
-  launch.params = {runtime::LaunchParam::Of(s->buffer)};
-  launch.results = {s};
-  launch.result_types = {to};
-  runtime::Run(rt, launch);
+  RunStorageModule(op, key, s->device, [&] { return ReinterpretModule(from, from_numel, to, to_numel); },
+                   s, s, to);
   return true;
 }
 

@@ -1,5 +1,7 @@
 #include "aten/graph.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -7,6 +9,8 @@
 #include <functional>
 #include <set>
 #include <stdexcept>
+
+#include "aten/call_args.h"
 
 namespace torch_tpu::aten {
 
@@ -58,113 +62,94 @@ int Graph::AddInput(at::ScalarType dtype, const std::vector<int64_t>& shape) {
   return Add(b_.Reshape(p, shape));
 }
 
-// A number as a rank-0 runtime parameter: floats in f32 unless an f64
-// tensor takes part (as eager), integers in i64, bools in i1.
-Value Graph::ScalarParam(double number, int64_t integer, ElementType category, ElementType float_t) {
-  ParamSlot slot;
-  slot.kind = ParamSlot::Kind::Scalar;
-  if (category == ElementType::F64) {
-    slot.value = LaunchParam::Floating(number, float_t);
-  } else {
-    slot.value = LaunchParam::Integer(integer, category);
+namespace {
+
+// A graph value as an argument: a capsule holding its id.
+struct ValueRef : torch::CustomClassHolder {
+  explicit ValueRef(int id) : id(id) {}
+  int id;
+};
+
+// Graph tensors are values of the graph, or numbers (wrapped Python scalars).
+class GraphValues final : public TensorSource {
+ public:
+  GraphValues(const std::vector<Value>& values, const std::string& op) : values_(values), op_(op) {}
+  ArgPlan Tensor(Plan& p, const c10::IValue& v) override {
+    if (v.isInt() || v.isDouble() || v.isBool() || v.isComplexDouble()) return DecodeScalar(p, v.toScalar());
+    auto* ref = v.isCapsule() ? dynamic_cast<ValueRef*>(v.toCapsule().get()) : nullptr;
+    if (!ref) throw lowering::Unsupported(op_ + ": a tensor argument that is no graph value (" + v.tagKind() + ")");
+    if (ref->id < 0 || ref->id >= static_cast<int>(values_.size()))
+      throw std::runtime_error("torch_tpu graph: unknown value id " + std::to_string(ref->id));
+    ElementType t = values_[ref->id].dtype();
+    if (t == ElementType::F64 || t == ElementType::C128) p.any_f64 = true;
+    ArgPlan a;
+    a.kind = Arg::Kind::Tensor;
+    a.tensors.push_back(ref->id);
+    return a;
   }
-  params_.push_back(slot);
-  return b_.Parameter(TensorType{slot.value.dtype, {}});
-}
 
-Arg Graph::GeneratorArg() {
-  Arg a;
-  a.kind = Arg::Kind::Generator;
-  a.tensor = b_.Parameter(TensorType{ElementType::U64, {2}});
-  ParamSlot slot;
-  slot.kind = ParamSlot::Kind::Rng;
-  params_.push_back(slot);
-  return a;
-}
+ private:
+  const std::vector<Value>& values_;
+  const std::string& op_;
+};
 
-ElementType Graph::FloatType(const std::vector<GraphArg>& args) const {
-  for (const GraphArg& g : args)
-    if (g.kind == GraphArg::Kind::Tensor || g.kind == GraphArg::Kind::Tensors)
-      for (int id : g.ids)
-        if (id >= 0 && value(id).dtype() == ElementType::F64) return ElementType::F64;
-  return ElementType::F32;
-}
+}  // namespace
 
-Arg Graph::RuleArg(const lowering::RuleEntry& entry, const GraphArg& g, ElementType float_t) {
-  using K = GraphArg::Kind;
-  Arg a;
-  switch (g.kind) {
-    case K::None: break;
-    case K::Tensor:
-      a.kind = Arg::Kind::Tensor;
-      a.tensor = value(g.ids.at(0));
-      break;
-    case K::Tensors:
-      a.kind = Arg::Kind::TensorList;
-      for (int id : g.ids) a.tensors.push_back(id < 0 ? Value() : value(id));
-      break;
-    case K::Scalar:
-      a.kind = Arg::Kind::Scalar;
-      a.scalar_type = g.categories.at(0);
-      a.tensor = ScalarParam(g.numbers.at(0), g.integers.at(0), a.scalar_type, float_t);
-      break;
-    case K::Scalars:
-      a.kind = Arg::Kind::ScalarList;
-      for (size_t k = 0; k < g.numbers.size(); ++k) {
-        a.tensors.push_back(ScalarParam(g.numbers[k], g.integers[k], g.categories[k], float_t));
-        a.ints.push_back(static_cast<int64_t>(g.categories[k]));
-      }
-      break;
-    case K::Int:
-      a.kind = Arg::Kind::Int;
-      a.i = g.integers.at(0);
-      break;
-    case K::Ints:
-      a.kind = Arg::Kind::IntList;
-      a.ints = g.integers;
-      break;
-    case K::Float:
-      a.kind = Arg::Kind::Double;
-      a.d = g.f;
-      if (entry.runtime_floats) a.tensor = ScalarParam(g.f, 0, ElementType::F64, float_t);
-      break;
-    case K::Bool:
-      a.kind = Arg::Kind::Bool;
-      a.i = g.integers.at(0);
-      break;
-    case K::Str:
-      a.kind = Arg::Kind::String;
-      a.s = g.s;
-      break;
-    case K::Dtype:
-      a.kind = Arg::Kind::ScalarType;
-      a.dtype = ToElementType(g.dtype, entry.name.c_str());
-      break;
-    case K::Generator:
-      a = GeneratorArg();
-      break;
+c10::IValue Graph::ValueArg(int id) { return c10::IValue::make_capsule(c10::make_intrusive<ValueRef>(id)); }
+
+const c10::FunctionSchema& Graph::Schema(const std::string& op) {
+  std::string name = op, overload;
+  if (op.find("::") == std::string::npos) {
+    size_t dot = op.find('.');
+    name = "aten::" + op.substr(0, dot);
+    if (dot != std::string::npos) overload = op.substr(dot + 1);
   }
-  return a;
+  auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
+  if (!handle) throw std::runtime_error("torch_tpu graph: no operator " + op);
+  return handle->schema();
 }
 
-std::vector<int> Graph::AddOp(const std::string& op, const std::vector<GraphArg>& args,
+// Scalars and generator states become module parameters, uploaded per run:
+// a graph differing in a scalar's value is the same module.
+std::vector<Value> Graph::AddParams(const Plan& plan) {
+  std::vector<Value> values;
+  for (const Param& q : plan.params) {
+    ParamSlot slot;
+    if (q.kind == Param::Kind::Rng) {
+      slot.kind = ParamSlot::Kind::Rng;
+    } else if (q.kind == Param::Kind::Scalar) {
+      slot.kind = ParamSlot::Kind::Scalar;
+      slot.value = LaunchValue(plan, q);
+    } else {
+      throw std::runtime_error("torch_tpu graph: unexpected parameter of a graph op");
+    }
+    params_.push_back(slot);
+    values.push_back(b_.Parameter(ParamType(plan, q)));
+  }
+  return values;
+}
+
+std::vector<int> Graph::AddOp(const std::string& op, const std::vector<c10::IValue>& args,
                               const std::vector<GraphTensorType>& outputs) {
   TORCH_CHECK(!compiled_, "graph already compiled");
   const lowering::RuleEntry* entry = lowering::FindForGraph(op);
   if (!entry) throw std::runtime_error("torch_tpu: no lowering rule for aten::" + op);
+  const std::vector<c10::Argument>& schema = Schema(op).arguments();
+  TORCH_CHECK(args.size() == schema.size(), op, ": expected ", schema.size(), " arguments, got ", args.size());
   lowering::Context ctx{b_};
   ctx.op = op;
   ctx.fp32_highest = at::globalContext().float32MatmulPrecision() == at::Float32MatmulPrecision::HIGHEST;
   for (const auto& o : outputs) ctx.outputs.push_back(TensorType{ToElementType(o.dtype, op.c_str()), o.shape});
-  ElementType float_t = FloatType(args);
-  std::vector<Arg> rule_args;
-  bool has_generator = false;
+  Plan plan;
+  plan.is_out.assign(args.size() + 1, false);
+  GraphValues tensors(values_, op);
+  DecodeArgs(plan, *entry, schema, args, tensors, op);
+  DecodeGenerators(plan, *entry, schema);
+  SetScalarWidths(plan);
   const size_t first_param = params_.size();
-  for (const GraphArg& g : args) {
-    rule_args.push_back(RuleArg(*entry, g, float_t));
-    has_generator |= g.kind == GraphArg::Kind::Generator;
-  }
-  if (entry->random() && !has_generator) rule_args.push_back(GeneratorArg());
+  std::vector<Value> params = AddParams(plan);
+  std::vector<Arg> rule_args;
+  for (const ArgPlan& ap : plan.args) rule_args.push_back(RuleArg(ap, params, [&](int id) { return value(id); }));
   // Values drawn per run, counted as eager counts them.
   uint64_t draws = entry->random() ? entry->draws(rule_args, ctx.outputs)
                                    : lowering::DrawPerOutputElement(rule_args, ctx.outputs);

@@ -32,19 +32,7 @@
 
 namespace torch_tpu::aten {
 
-// One argument of a graph op, as the compile backend describes it.
-struct GraphArg {
-  enum class Kind { None, Tensor, Tensors, Scalar, Scalars, Int, Ints, Float, Bool, Str, Dtype, Generator };
-  Kind kind = Kind::None;
-  std::vector<int> ids;          // Tensor: one value id; Tensors: ids, -1 for None
-  // Scalar / Scalars: the numbers and each one's category (Bool, I64, F64).
-  std::vector<double> numbers;
-  std::vector<int64_t> integers;  // Int / Ints (exact), and integral scalars
-  std::vector<hlo::ElementType> categories;
-  double f = 0;                  // Float
-  std::string s;                 // Str
-  at::ScalarType dtype = at::kFloat;  // Dtype
-};
+struct Plan;  // a decoded call (call.h)
 
 struct GraphTensorType {
   at::ScalarType dtype;
@@ -63,7 +51,13 @@ class Graph {
  public:
   Graph();
   int AddInput(at::ScalarType dtype, const std::vector<int64_t>& shape);
-  std::vector<int> AddOp(const std::string& op, const std::vector<GraphArg>& args,
+  // Adds a node: `args` holds one value per argument of the op's schema
+  // (Schema(op)), as an eager call of the op would get them, except that a
+  // graph tensor is ValueArg(id) (a Tensor slot may also hold a number: a
+  // wrapped Python scalar). They are decoded as eager calls decode theirs
+  // (call_args.h). Returns the ids of the op's outputs, whose types are
+  // `outputs` (from the FX graph's fake values).
+  std::vector<int> AddOp(const std::string& op, const std::vector<c10::IValue>& args,
                          const std::vector<GraphTensorType>& outputs);
   void SetOutputs(const std::vector<int>& ids, const std::vector<std::vector<int64_t>>& strides,
                   const std::vector<std::pair<int, int>>& mutations);
@@ -79,6 +73,10 @@ class Graph {
                                          const std::vector<GraphTensorType>& inputs,
                                          const std::vector<GraphTensorType>& outputs);
   static bool HasRule(const std::string& op);
+  // The schema of a graph op: "add.Tensor" (aten), "ns::name" (a custom op).
+  static const c10::FunctionSchema& Schema(const std::string& op);
+  // Graph value `id` as an argument of AddOp.
+  static c10::IValue ValueArg(int id);
 
  private:
   struct ParamSlot {
@@ -102,14 +100,8 @@ class Graph {
 
   int Add(hlo::Value v);
   const hlo::Value& value(int id) const;
-  hlo::Value ScalarParam(double number, int64_t integer, hlo::ElementType category,
-                         hlo::ElementType float_t);
-  lowering::Arg RuleArg(const lowering::RuleEntry& entry, const GraphArg& g,
-                        hlo::ElementType float_t);
-  // The generator state parameter; its per-run increment is set once the
-  // op's draws are known (AddOp).
-  lowering::Arg GeneratorArg();
-  hlo::ElementType FloatType(const std::vector<GraphArg>& args) const;
+  // Module parameters for the decoded call's scalars and generator states.
+  std::vector<hlo::Value> AddParams(const Plan& plan);
   hlo::Value OutputValue(hlo::Value v, Output* o);
   void AddMutations(const std::vector<std::pair<int, int>>& mutations, std::vector<hlo::Value>* outs);
   std::vector<at::Tensor> DenseInputs(const std::vector<at::Tensor>& inputs);

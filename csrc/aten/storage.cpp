@@ -3,6 +3,7 @@
 // the one launcher.
 #include <cstring>
 
+#include "aten/storage_module.h"
 #include "aten/tpu.h"
 #include "runtime/launcher.h"
 
@@ -10,23 +11,30 @@ namespace torch_tpu::aten {
 
 using runtime::DeviceStorage;
 
+void RunStorageModule(const std::string& op, const std::string& key, int device,
+                      const std::function<std::string()>& build, const DeviceStorage* in,
+                      DeviceStorage* out, std::optional<hlo::ElementType> out_type) {
+  auto& rt = GetRuntime();
+  auto exe = rt.GetOrCompile(key, device, build);
+  runtime::Launch launch;
+  launch.exe = exe.get();
+  launch.device = device;
+  launch.op = &op;
+  if (in) launch.params = {runtime::LaunchParam::Of(in->buffer)};
+  launch.results = {out};
+  if (out_type) launch.result_types = {*out_type};
+  runtime::Run(rt, launch);
+}
+
 void ZeroFill(DeviceStorage* s) {
   hlo::ElementType t = s->dtype;
   int64_t numel = s->numel();
-  auto& rt = GetRuntime();
-  std::string key = std::string("zeros|") + hlo::Name(t) + "|" + std::to_string(numel);
-  auto exe = rt.GetOrCompile(key, s->device, [&] {
+  static const std::string op = "zeros";
+  RunStorageModule(op, std::string("zeros|") + hlo::Name(t) + "|" + std::to_string(numel), s->device, [&] {
     hlo::Builder b("zeros");
     b.Return({b.Splat(t, 0, {numel})});
     return b.ToText();
-  });
-  static const std::string op = "zeros";
-  runtime::Launch launch;
-  launch.exe = exe.get();
-  launch.device = s->device;
-  launch.op = &op;
-  launch.results = {s};
-  runtime::Run(rt, launch);
+  }, nullptr, s);
 }
 
 DeviceStorage* StorageOf(const at::Tensor& t) {
@@ -64,24 +72,16 @@ at::Tensor RealElements(const DeviceStorage& s) {
 void CompactStorage(DeviceStorage* s) {
   if (!s->padded()) return;
   hlo::ElementType t = s->dtype;
-  auto& rt = GetRuntime();
   std::string key = std::string("compact|") + hlo::Name(t) + "|" + hlo::Ints(s->real_shape) + "|" +
                     hlo::Ints(s->padded_shape);
-  auto exe = rt.GetOrCompile(key, s->device, [&] {
+  static const std::string op = "compact padded storage";
+  RunStorageModule(op, key, s->device, [&] {
     hlo::Builder b("compact");
     hlo::Value x = b.Reshape(b.Parameter({t, {s->buffer_numel()}}), s->padded_shape);
     std::vector<int64_t> start(s->real_shape.size(), 0), step(s->real_shape.size(), 1);
     b.Return({b.Reshape(b.Slice(x, start, s->real_shape, step), {s->numel()})});
     return b.ToText();
-  });
-  static const std::string op = "compact padded storage";
-  runtime::Launch launch;
-  launch.exe = exe.get();
-  launch.device = s->device;
-  launch.op = &op;
-  launch.params = {runtime::LaunchParam::Of(s->buffer)};
-  launch.results = {s};
-  runtime::Run(rt, launch);
+  }, s, s);
 }
 
 void DownloadStorage(const DeviceStorage& s, void* dst) {
@@ -127,26 +127,17 @@ void ResizeStorage(const c10::Storage& storage, size_t newsize) {
     PrepareStorage(old, t);
     old_n = old->numel();
     new_n = static_cast<int64_t>(newsize / hlo::ByteSize(t));
-    auto& rt = GetRuntime();
     std::string key = std::string("resize|") + hlo::Name(t) + "|" + std::to_string(old_n) +
                       "|" + std::to_string(new_n);
-    auto exe = rt.GetOrCompile(key, old->device, [&] {
+    static const std::string op = "resize_";
+    RunStorageModule(op, key, old->device, [&] {
       hlo::Builder b("resize");
       hlo::Value x = b.Parameter({t, {old_n}});
       hlo::Value y = new_n <= old_n ? b.Slice(x, {0}, {new_n}, {1})
                                     : b.Pad(x, b.Constant(t, 0), {0}, {new_n - old_n}, {0});
       b.Return({y});
       return b.ToText();
-    });
-    static const std::string op = "resize_";
-    runtime::Launch launch;
-    launch.exe = exe.get();
-    launch.device = old->device;
-    launch.op = &op;
-    launch.params = {runtime::LaunchParam::Of(old->buffer)};
-    launch.results = {s};
-    launch.result_types = {t};
-    runtime::Run(rt, launch);
+    }, old, s, t);
   }
   storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(fresh));
   storage.unsafeGetStorageImpl()->set_nbytes(newsize);

@@ -162,12 +162,10 @@ def _sdpa_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out,
 # ------------------------------------------------------------------ graph
 
 
-def _unwrap(t: Any) -> Any:
-    return t.getElementType() if t.kind() == "OptionalType" else t
-
-
-def _schema_values(node: torch.fx.Node) -> list[tuple[Any, Any]]:
-    """(argument type, value) per schema argument, in schema order."""
+def _schema_values(node: torch.fx.Node) -> list[Any]:
+    """The node's value of each schema argument, in schema order (defaults
+    filled in): the raw FX arguments the graph builder decodes as eager calls
+    are decoded (csrc/aten/call_args.h)."""
     schema = node.target._schema
     out = []
     for i, a in enumerate(schema.arguments):
@@ -179,67 +177,11 @@ def _schema_values(node: torch.fx.Node) -> list[tuple[Any, Any]]:
             v = a.default_value
         else:
             v = None
-        out.append((a.real_type, v))
+        out.append(v)
     return out
 
 
-def _number(v: Any) -> Any:
-    if isinstance(v, (bool, int, float)):
-        return v
-    raise _Unsupported(f"non-constant number {v!r}")
-
-
-def _convert_arg(typ: Any, v: Any, env: dict, op: str) -> tuple:
-    t = _unwrap(typ)
-    kind = t.kind()
-    if kind == "GeneratorType":
-        if v is not None:
-            raise _Unsupported("an explicit generator")
-        return ("generator",)
-    if v is None:
-        return ("none",)
-    if kind in ("LayoutType", "DeviceObjType", "MemoryFormatType"):
-        return ("none",)
-    if kind == "TensorType":
-        if isinstance(v, torch.fx.Node) and v in env:
-            return ("tensor", env[v])
-        if isinstance(v, (bool, int, float)):  # a wrapped number: a Scalar, as in eager
-            return ("scalar", v)
-        raise _Unsupported(f"tensor argument {v!r}")
-    if kind == "NumberType":
-        return ("scalar", _number(v))
-    if kind in ("IntType", "SymIntType"):
-        return ("int", int(_number(v)))
-    if kind == "FloatType":
-        return ("float", float(_number(v)))
-    if kind == "BoolType":
-        return ("bool", bool(v))
-    if kind == "StringType":
-        return ("str", str(v))
-    if kind == "ScalarTypeType":
-        return ("dtype", v)
-    if kind == "ListType":
-        elem = _unwrap(t.getElementType()).kind()
-        if elem == "TensorType":
-            ids = []
-            for e in v:
-                if e is None:
-                    ids.append(None)
-                elif isinstance(e, torch.fx.Node) and e in env:
-                    ids.append(env[e])
-                else:
-                    raise _Unsupported(f"tensor list element {e!r}")
-            return ("tensors", ids)
-        if elem in ("IntType", "SymIntType"):
-            return ("ints", [int(_number(e)) for e in v])
-        if elem == "BoolType":
-            return ("ints", [int(bool(e)) for e in v])
-        if elem == "NumberType":
-            return ("scalars", [_number(e) for e in v])
-    raise _Unsupported(f"argument of type {typ} ({v!r})")
-
-
-def _full_outputs(node: torch.fx.Node) -> tuple[list[torch.Tensor], list[tuple[Any, Any]]]:
+def _full_outputs(node: torch.fx.Node) -> tuple[list[torch.Tensor], list[Any]]:
     """An op with ``output_mask`` that skips some outputs (None in the graph):
     the rules always compute every output, so ask for all of them (the fake
     values come from running the op on the fake inputs with a full mask) and
@@ -251,8 +193,8 @@ def _full_outputs(node: torch.fx.Node) -> tuple[list[torch.Tensor], list[tuple[A
         raise _Unsupported(f"returns {node.meta.get('val')!r}")
     values = _schema_values(node)
     i = names.index("output_mask")
-    values[i] = (values[i][0], [True] * len(values[i][1]))
-    fake = [torch.fx.node.map_arg(v, lambda n: n.meta["val"]) for _, v in values]
+    values[i] = [True] * len(values[i])
+    fake = [torch.fx.node.map_arg(v, lambda n: n.meta["val"]) for v in values]
     from torch._guards import detect_fake_mode
 
     mode = detect_fake_mode([f for f in fake if isinstance(f, torch.Tensor)])
@@ -261,6 +203,16 @@ def _full_outputs(node: torch.fx.Node) -> tuple[list[torch.Tensor], list[tuple[A
     with mode:
         full = node.target(*fake)
     return _tensor_vals(full), values
+
+
+def _graph_value(n: torch.fx.Node, env: dict, consts: dict) -> Any:
+    """An FX node in an argument: a value of the graph, or a number the graph
+    was specialized for."""
+    if n in consts:
+        return consts[n]
+    if n in env:
+        return _C._GraphValue(env[n])
+    raise _Unsupported(f"argument {n.name} ({n.meta.get('val')!r}) is not a tensor of the graph")
 
 
 def _tensor_vals(val: Any) -> list[torch.Tensor]:
@@ -393,8 +345,7 @@ class _Compiled:
                         raise _Unsupported("as_strided of a non-contiguous tensor")
                 if values is None:
                     values = _schema_values(node)
-                values = [(t, torch.fx.node.map_arg(v, lambda n: consts.get(n, n))) for t, v in values]
-                args = [_convert_arg(t, v, env, name) for t, v in values]
+                args = [torch.fx.node.map_arg(v, lambda n: _graph_value(n, env, consts)) for v in values]
                 try:
                     ids = g.add_op(name, args, [(o.dtype, list(o.shape)) for o in outs])
                 except RuntimeError as e:
