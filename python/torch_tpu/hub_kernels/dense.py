@@ -38,6 +38,8 @@ from typing import Any, Optional
 
 import torch
 
+from . import kernel_op
+
 __all__ = ["rotary_pos_emb", "qkv_rope", "add_rms_norm", "gated_mlp", "mlp_activation", "kernelize_dense",
            "DENSE_REPO"]
 
@@ -77,6 +79,11 @@ def _ops() -> tuple:
         c, s = jnp.expand_dims(cos, unsqueeze_dim), jnp.expand_dims(sin, unsqueeze_dim)
         return rotate(q, c, s), rotate(k, c, s)
 
+    def rms_normalize(x: Any, eps: float) -> Any:
+        """``x * rsqrt(mean(x^2) + eps)`` in float32 (as Transformers' RMSNorms)."""
+        h = x.astype(jnp.float32)
+        return h * jax.lax.rsqrt(jnp.mean(h * h, axis=-1, keepdims=True) + eps)
+
     @jax_op("torch_tpu_kernels::add_rms_norm")
     def add_norm(x: jax.Array, residual: jax.Array, weight: jax.Array,
                  eps: float) -> tuple[jax.Array, jax.Array]:
@@ -103,11 +110,17 @@ def _ops() -> tuple:
     @jax_op("torch_tpu_kernels::qkv_rope")
     def qkv_rope(x: jax.Array, w_q: jax.Array, w_k: jax.Array, w_v: jax.Array,
                  b_q: Optional[jax.Array], b_k: Optional[jax.Array], b_v: Optional[jax.Array],
-                 cos: jax.Array, sin: jax.Array,
-                 head_dim: int) -> tuple[jax.Array, jax.Array, jax.Array]:
-        def heads(y: Any) -> Any:  # (B, S, N * D) -> (B, N, S, D)
-            return jnp.transpose(y.reshape(y.shape[:2] + (-1, head_dim)), (0, 2, 1, 3))
-        q, k, v = (heads(linear(x, w, b)) for w, b in ((w_q, b_q), (w_k, b_k), (w_v, b_v)))
+                 cos: jax.Array, sin: jax.Array, head_dim: int,
+                 q_norm: Optional[jax.Array] = None, k_norm: Optional[jax.Array] = None,
+                 norm_eps: float = 1e-6) -> tuple[jax.Array, jax.Array, jax.Array]:
+        def heads(y: Any, norm: Any = None) -> Any:  # (B, S, N * D) -> (B, N, S, D)
+            y = y.reshape(y.shape[:2] + (-1, head_dim))
+            if norm is not None:  # Qwen3 / OLMo2-style RMSNorm over each head
+                y = norm * rms_normalize(y, norm_eps).astype(y.dtype)
+            return jnp.transpose(y, (0, 2, 1, 3))
+        q = heads(linear(x, w_q, b_q), q_norm)
+        k = heads(linear(x, w_k, b_k), k_norm)
+        v = heads(linear(x, w_v, b_v))
         c, s = cos[:, None], sin[:, None]
         return rotate(q, c, s), rotate(k, c, s), v
 
@@ -126,7 +139,7 @@ def rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: tor
         raise ValueError(f"torch_tpu rotary_pos_emb: cos / sin {tuple(cos.shape)} must cover the "
                          f"whole (even) head_dim of q {tuple(q.shape)}; partial rotary is not fused")
     _ensure()
-    return torch.ops.torch_tpu_kernels.rotary_pos_emb(q, k, cos, sin, int(unsqueeze_dim))
+    return kernel_op("rotary_pos_emb")(q, k, cos, sin, int(unsqueeze_dim))
 
 
 def qkv_rope(attn: torch.nn.Module, hidden_states: torch.Tensor, cos: torch.Tensor,
@@ -139,8 +152,20 @@ def qkv_rope(attn: torch.nn.Module, hidden_states: torch.Tensor, cos: torch.Tens
                          f"(B, S, hidden) and cos {tuple(cos.shape)} cover head_dim {attn.head_dim}")
     _ensure()
     p = (attn.q_proj, attn.k_proj, attn.v_proj)
-    return torch.ops.torch_tpu_kernels.qkv_rope(hidden_states, *(m.weight for m in p),
-                                                *(m.bias for m in p), cos, sin, int(attn.head_dim))
+    q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+    if (q_norm is None) != (k_norm is None):
+        raise ValueError("torch_tpu qkv_rope: the attention module has only one of q_norm / k_norm")
+    norms, eps = (None, None), 1e-6
+    if q_norm is not None:
+        if not (is_llama_rms_norm(q_norm) and is_llama_rms_norm(k_norm)) or \
+                q_norm.variance_epsilon != k_norm.variance_epsilon or \
+                q_norm.weight.shape != (attn.head_dim,):
+            raise ValueError("torch_tpu qkv_rope: q_norm / k_norm must be per-head RMSNorms "
+                             f"(weight of shape ({attn.head_dim},), one epsilon)")
+        norms, eps = (q_norm.weight, k_norm.weight), float(q_norm.variance_epsilon)
+    return kernel_op("qkv_rope")(hidden_states, *(m.weight for m in p),
+                                                *(m.bias for m in p), cos, sin, int(attn.head_dim),
+                                                *norms, eps)
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
@@ -150,7 +175,7 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
         raise ValueError(f"torch_tpu add_rms_norm: x {tuple(x.shape)}, residual "
                          f"{tuple(residual.shape)} and weight {tuple(weight.shape)} do not match")
     _ensure()
-    return torch.ops.torch_tpu_kernels.add_rms_norm(x, residual, weight, float(eps))
+    return kernel_op("add_rms_norm")(x, residual, weight, float(eps))
 
 
 def gated_mlp(mlp: torch.nn.Module, x: torch.Tensor,
@@ -162,7 +187,7 @@ def gated_mlp(mlp: torch.nn.Module, x: torch.Tensor,
                          "fused (supported: SiLU, GELU, GELU-tanh)")
     _ensure()
     g, u, d = mlp.gate_proj, mlp.up_proj, mlp.down_proj
-    return torch.ops.torch_tpu_kernels.gated_mlp(x, g.weight, u.weight, d.weight, g.bias, u.bias,
+    return kernel_op("gated_mlp")(x, g.weight, u.weight, d.weight, g.bias, u.bias,
                                                  d.bias, residual, act)
 
 
@@ -180,11 +205,22 @@ def is_llama_rms_norm(m: torch.nn.Module) -> bool:
         and "Gemma" not in type(m).__name__
 
 
+def _has_head_norms(m: torch.nn.Module) -> bool:
+    """No q/k norms, or per-head Llama-style RMSNorms on both (Qwen3, Qwen3-MoE)."""
+    q, k = getattr(m, "q_norm", None), getattr(m, "k_norm", None)
+    if q is None and k is None:
+        return True
+    return q is not None and k is not None and is_llama_rms_norm(q) and is_llama_rms_norm(k) \
+        and tuple(q.weight.shape) == (m.head_dim,) == tuple(k.weight.shape) \
+        and q.variance_epsilon == k.variance_epsilon and type(m).__name__.startswith("Qwen3")
+
+
 def is_llama_attention(m: torch.nn.Module) -> bool:
-    """q/k/v/o projections, RoPE on full heads, no q/k norms (Llama, Mistral, Qwen2)."""
+    """q/k/v/o projections, RoPE on full heads, optionally per-head q/k RMSNorms
+    before RoPE (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral)."""
     return all(isinstance(getattr(m, n, None), torch.nn.Linear)
                for n in ("q_proj", "k_proj", "v_proj", "o_proj")) and \
-        not hasattr(m, "q_norm") and hasattr(m, "head_dim") and hasattr(m, "layer_idx") and \
+        hasattr(m, "head_dim") and hasattr(m, "layer_idx") and _has_head_norms(m) and \
         getattr(m.config, "partial_rotary_factor", 1.0) == 1.0
 
 
@@ -196,8 +232,19 @@ def is_prenorm_decoder_layer(m: torch.nn.Module) -> bool:
         type(m).__name__.startswith(("Llama", "Mistral", "Qwen2D"))
 
 
+def is_moe_decoder_layer(m: torch.nn.Module) -> bool:
+    """Llama's layer structure with a sparse MoE block as the MLP (Qwen3-MoE, Mixtral)."""
+    from . import moe
+
+    names = {n for n, _ in m.named_children()}
+    return names == {"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"} and \
+        is_llama_rms_norm(m.post_attention_layernorm) and moe.supports_block(m.mlp) and \
+        type(m).__name__ in ("Qwen3MoeDecoderLayer", "MixtralDecoderLayer")
+
+
 _LAYERS = {"RMSNorm": is_llama_rms_norm, "GatedMLP": is_gated_mlp,
-           "RopeAttention": is_llama_attention, "PreNormDecoderLayer": is_prenorm_decoder_layer}
+           "RopeAttention": is_llama_attention, "PreNormDecoderLayer": is_prenorm_decoder_layer,
+           "MoEDecoderLayer": is_moe_decoder_layer}
 
 
 def _layer_for(module: torch.nn.Module) -> Optional[str]:
@@ -209,6 +256,8 @@ def _layer_for(module: torch.nn.Module) -> Optional[str]:
     if name.endswith("Attention"):
         return "RopeAttention" if is_llama_attention(module) else None
     if name.endswith("DecoderLayer"):
+        if is_moe_decoder_layer(module):
+            return "MoEDecoderLayer"
         return "PreNormDecoderLayer" if is_prenorm_decoder_layer(module) else None
     return None
 
