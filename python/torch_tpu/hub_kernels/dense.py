@@ -3,13 +3,18 @@
 Each is ONE ``torch.tpu.pallas.jax_op`` (backward through ``jax.vjp``):
 
 - ``torch_tpu_kernels::rotary_pos_emb(q, k, cos, sin, unsqueeze_dim)``: the
-  rotation of Transformers' ``apply_rotary_pos_emb`` for q and k at once;
+  rotation of Transformers' ``apply_rotary_pos_emb`` for q and k at once
+  (partial rotary too: cos / sin narrower than head_dim rotate the first
+  features, the rest pass, as GPT-NeoX / Phi / StableLM);
 - ``torch_tpu_kernels::qkv_rope(x, w_q, w_k, w_v, biases, cos, sin, head_dim)``:
   the q / k / v projections split into heads, RoPE on q and k (the attention
   layer's whole prologue);
-- ``torch_tpu_kernels::add_rms_norm(x, residual, weight, eps)``: ``s = residual
-  + x`` and ``weight * rms_normalize(s)`` (float32 statistics, rounded to the
-  input dtype as LlamaRMSNorm does), returning (normalized, s);
+- ``torch_tpu_kernels::add_rms_norm(x, residual, weight, eps, unit_offset)``:
+  ``s = residual + x`` and ``weight * rms_normalize(s)`` (float32 statistics,
+  rounded to the input dtype as LlamaRMSNorm does; with ``unit_offset``
+  Gemma's ``(1 + weight)`` scale in float32), returning (normalized, s);
+- ``torch_tpu_kernels::rms_norm(x, weight, eps, unit_offset)``: the same norm
+  without the add (Gemma's RMSNorm has no native fused op);
 - ``torch_tpu_kernels::gated_mlp(x, w_gate, w_up, w_down, ..., residual, act)``:
   ``down(act(gate(x)) * up(x)) (+ residual)`` with SiLU (SwiGLU) or GELU /
   GELU-tanh (GeGLU), biases optional.
@@ -40,8 +45,8 @@ import torch
 
 from . import kernel_op
 
-__all__ = ["rotary_pos_emb", "qkv_rope", "add_rms_norm", "gated_mlp", "mlp_activation", "kernelize_dense",
-           "DENSE_REPO"]
+__all__ = ["rotary_pos_emb", "qkv_rope", "add_rms_norm", "rms_norm", "rms_norm_module", "gated_mlp",
+           "mlp_activation", "kernelize_dense", "DENSE_REPO"]
 
 #: The local kernel repository with the dense layers.
 DENSE_REPO = Path(__file__).resolve().parent / "dense_layers"
@@ -70,8 +75,13 @@ def _ops() -> tuple:
         return jnp.concatenate([-x[..., h:], x[..., :h]], axis=-1)
 
     def rotate(x: Any, c: Any, s: Any) -> Any:
+        """RoPE on the first ``c.shape[-1]`` features (all of them, or partial
+        rotary as GPT-NeoX / Phi / StableLM: the rest passes unchanged)."""
         dt = jnp.result_type(x, c)
-        return (x * c).astype(dt) + (rotate_half(x) * s).astype(dt)
+        rot = c.shape[-1]
+        x_rot, x_pass = x[..., :rot], x[..., rot:]
+        out = (x_rot * c).astype(dt) + (rotate_half(x_rot) * s).astype(dt)
+        return out if rot == x.shape[-1] else jnp.concatenate([out, x_pass.astype(dt)], axis=-1)
 
     @jax_op("torch_tpu_kernels::rotary_pos_emb")
     def rope(q: jax.Array, k: jax.Array, cos: jax.Array, sin: jax.Array,
@@ -84,13 +94,21 @@ def _ops() -> tuple:
         h = x.astype(jnp.float32)
         return h * jax.lax.rsqrt(jnp.mean(h * h, axis=-1, keepdims=True) + eps)
 
+    def scale(h: Any, weight: Any, dtype: Any, unit_offset: bool) -> Any:
+        """Llama: ``weight * h.to(dtype)``; Gemma: ``(h * (1 + weight.float())).to(dtype)``."""
+        if unit_offset:
+            return (h * (1.0 + weight.astype(jnp.float32))).astype(dtype)
+        return weight * h.astype(dtype)
+
     @jax_op("torch_tpu_kernels::add_rms_norm")
-    def add_norm(x: jax.Array, residual: jax.Array, weight: jax.Array,
-                 eps: float) -> tuple[jax.Array, jax.Array]:
+    def add_norm(x: jax.Array, residual: jax.Array, weight: jax.Array, eps: float,
+                 unit_offset: bool = False) -> tuple[jax.Array, jax.Array]:
         s = residual + x
-        h = s.astype(jnp.float32)
-        h = h * jax.lax.rsqrt(jnp.mean(h * h, axis=-1, keepdims=True) + eps)
-        return weight * h.astype(s.dtype), s
+        return scale(rms_normalize(s, eps), weight, s.dtype, unit_offset), s
+
+    @jax_op("torch_tpu_kernels::rms_norm")
+    def norm(x: jax.Array, weight: jax.Array, eps: float, unit_offset: bool) -> jax.Array:
+        return scale(rms_normalize(x, eps), weight, x.dtype, unit_offset)
 
     acts = {"silu": jax.nn.silu, "gelu": lambda g: jax.nn.gelu(g, approximate=False),
             "gelu_tanh": lambda g: jax.nn.gelu(g, approximate=True)}
@@ -124,7 +142,7 @@ def _ops() -> tuple:
         c, s = cos[:, None], sin[:, None]
         return rotate(q, c, s), rotate(k, c, s), v
 
-    return rope, add_norm, mlp, qkv_rope
+    return rope, add_norm, mlp, qkv_rope, norm
 
 
 def _ensure() -> None:
@@ -135,9 +153,9 @@ def _ensure() -> None:
 def rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                    unsqueeze_dim: int = 1) -> tuple:
     """Transformers' ``apply_rotary_pos_emb`` as one op (full-width rotary only)."""
-    if cos.shape[-1] != q.shape[-1] or sin.shape != cos.shape or q.shape[-1] % 2:
-        raise ValueError(f"torch_tpu rotary_pos_emb: cos / sin {tuple(cos.shape)} must cover the "
-                         f"whole (even) head_dim of q {tuple(q.shape)}; partial rotary is not fused")
+    if cos.shape[-1] > q.shape[-1] or sin.shape != cos.shape or cos.shape[-1] % 2:
+        raise ValueError(f"torch_tpu rotary_pos_emb: cos / sin {tuple(cos.shape)} must cover an "
+                         f"even number of features, at most the head_dim of q {tuple(q.shape)}")
     _ensure()
     return kernel_op("rotary_pos_emb")(q, k, cos, sin, int(unsqueeze_dim))
 
@@ -147,9 +165,10 @@ def qkv_rope(attn: torch.nn.Module, hidden_states: torch.Tensor, cos: torch.Tens
     """The q / k / v projections of a Llama-style attention module, split into
     heads (B, N, S, D), with RoPE applied to q and k: ONE op (no strided views
     to copy, no separate rotary op)."""
-    if cos.shape[-1] != attn.head_dim or hidden_states.dim() != 3:
+    if cos.shape[-1] > attn.head_dim or cos.shape[-1] % 2 or hidden_states.dim() != 3:
         raise ValueError(f"torch_tpu qkv_rope: hidden states {tuple(hidden_states.shape)} must be "
-                         f"(B, S, hidden) and cos {tuple(cos.shape)} cover head_dim {attn.head_dim}")
+                         f"(B, S, hidden) and cos {tuple(cos.shape)} cover an even number of "
+                         f"features, at most head_dim {attn.head_dim}")
     _ensure()
     p = (attn.q_proj, attn.k_proj, attn.v_proj)
     q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
@@ -169,13 +188,41 @@ def qkv_rope(attn: torch.nn.Module, hidden_states: torch.Tensor, cos: torch.Tens
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                 eps: float) -> tuple:
-    """(weight * rms_norm(residual + x), residual + x) as one op."""
+                 eps: float, unit_offset: bool = False) -> tuple:
+    """(weight * rms_norm(residual + x), residual + x) as one op; with
+    ``unit_offset`` Gemma's ``(1 + weight)`` scale in float32."""
     if x.shape != residual.shape or weight.shape != x.shape[-1:]:
         raise ValueError(f"torch_tpu add_rms_norm: x {tuple(x.shape)}, residual "
                          f"{tuple(residual.shape)} and weight {tuple(weight.shape)} do not match")
     _ensure()
-    return kernel_op("add_rms_norm")(x, residual, weight, float(eps))
+    return kernel_op("add_rms_norm")(x, residual, weight, float(eps), bool(unit_offset))
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
+             unit_offset: bool = False) -> torch.Tensor:
+    """``weight * rms_norm(x)`` (Llama) or, with ``unit_offset``, Gemma's
+    ``(rms_norm(x.float()) * (1 + weight.float())).to(x.dtype)``, as one op."""
+    if weight.shape != x.shape[-1:]:
+        raise ValueError(f"torch_tpu rms_norm: weight {tuple(weight.shape)} does not match the "
+                         f"last dim of x {tuple(x.shape)}")
+    _ensure()
+    return kernel_op("rms_norm")(x, weight, float(eps), bool(unit_offset))
+
+
+def is_gemma_rms_norm(m: torch.nn.Module) -> bool:
+    """Gemma's RMSNorm: ``(1 + weight)`` scale, ``eps`` attribute (Gemma, Gemma 2, Gemma 3)."""
+    return type(m).__name__ in ("GemmaRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm") and \
+        isinstance(getattr(m, "weight", None), torch.Tensor) and isinstance(getattr(m, "eps", None), float)
+
+
+def rms_norm_module(m: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The forward of a Llama- or Gemma-style RMSNorm module as one op."""
+    if is_gemma_rms_norm(m):
+        return rms_norm(x, m.weight, m.eps, unit_offset=True)
+    if is_llama_rms_norm(m):
+        return rms_norm(x, m.weight, m.variance_epsilon)
+    raise ValueError(f"torch_tpu rms_norm_module: {type(m).__name__} is neither a Llama- nor a "
+                     "Gemma-style RMSNorm")
 
 
 def gated_mlp(mlp: torch.nn.Module, x: torch.Tensor,
