@@ -16,7 +16,13 @@ parameters, as the custom op ``torch.ops.ns.name``:
 - ``donate_argnums`` gives those tensor inputs' buffers to the execution for
   an output of the same dtype and size; a donated tensor must not be used
   again (reading it raises an error);
-- on CPU tensors it runs ``fn`` with JAX on the CPU.
+- on CPU tensors it runs ``fn`` with JAX on the CPU;
+- in eager, calling the returned op skips torch.library's Python dispatch
+  (autograd wrapper, redispatch) when nothing needs it: no gradient to
+  record, plain tpu tensors, no dispatch / function mode, functorch
+  transform or profiler active. Each shape signature's export is registered
+  once with the runtime (``_C._custom_module_handle``), so a call passes a
+  handle, not the module text. ``torch.ops.ns.name`` always dispatches.
 
 Parameters annotated ``jax.Array`` / ``torch.Tensor`` (optionally
 ``Optional[...]``, or ``list``/``Sequence``/``tuple[..., ...]`` of them) are

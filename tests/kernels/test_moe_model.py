@@ -162,3 +162,18 @@ def test_kernelized_qwen3_moe_decodes_cpus_tokens_with_few_executions() -> None:
         model(tokens[:, -1:].to("tpu"))
     # per layer: q/k/v + norms + RoPE, attention, add + RMSNorm, the MoE block
     assert torch_tpu.debug.stats()["native_ops"]["jax_op"] - before == 4 * 2
+
+
+def test_sparse_moe_block_inside_torch_compile() -> None:
+    moe.register()  # registers the ops before tracing (kernelize_dense does too)
+    ref_block, block = _block("mixtral"), _block("mixtral").to("tpu")
+    x = torch.randn(2, 3, 32, generator=torch.Generator().manual_seed(5))
+    torch_tpu.compile.reset_stats()
+    compiled = torch.compile(lambda h: moe.sparse_moe_block(block, h, h) * 2, backend="tpu",
+                             fullgraph=True)
+    with torch.no_grad():
+        out = compiled(x.to("tpu"))
+        ref = (ref_block(x) + x) * 2
+    st = torch_tpu.compile.stats()
+    assert st["fallback_graphs"] == 0 and st["native_graphs"] == st["graphs"] >= 1, st
+    torch.testing.assert_close(out.cpu(), ref, **F32)
