@@ -11,9 +11,18 @@ executable per layer call instead of ~20 small ones; backward through
 ``jax.vjp`` of the same function.
 
 The grouped matmul costs the ragged work, not tokens x experts: the sorted
-rows are cut into tiles of ``tile`` rows that each belong to one expert
-(``ceil(S / tile) + min(E, S)`` tiles at most, a static count), and one batched
-``tile x K @ K x N`` product runs every tile against its expert's weights.
+rows are cut into tiles of ``tile`` rows that each belong to one expert. The
+forward loops over the tiles in use (``fori_loop`` with a data-dependent trip
+count): each iteration gathers its tokens, runs both projections against its
+expert's weights read in place and adds the weighted rows into the float32
+output. The backward (``jax.custom_vjp``) differentiates the whole-array form:
+``ceil(S / tile) + min(E, S)`` tiles (a static count), one batched
+``tile x K @ K x N`` product per projection against the gathered weights.
+
+``sparse_moe_block(block, hidden, residual)`` (``torch_tpu_kernels::moe_block``)
+is the whole sparse MoE block of Qwen3-MoE / Mixtral, router included (linear,
+float32 softmax, top-k, optional renormalisation), plus the residual add: ONE
+op per MoE layer; ``dense.kernelize_dense`` puts it into the model.
 
 Register it once, then select it like any experts implementation::
 
@@ -169,7 +178,8 @@ def _op() -> Any:
             h = (acts[activation](gate) * up).astype(hidden.dtype)
             y = jnp.einsum(spec, h, down_proj[e], preferred_element_type=jnp.float32)
             y = y.astype(hidden.dtype).astype(jnp.float32)
-            return out.at[toks].add(y * w[:, None])
+            # rows past the expert's end (next expert's tokens) add exactly 0, even if y is inf
+            return out.at[toks].add(jnp.where(valid[:, None], y * w[:, None], 0.0))
 
         out = jax.lax.fori_loop(0, tile_ends[-1], body,
                                 jnp.zeros((tokens, hidden.shape[-1]), jnp.float32))
