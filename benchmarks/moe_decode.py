@@ -1,30 +1,40 @@
 """Greedy decode of a small Qwen3-MoE-style model: per-step time and executions
-per step for Transformers' experts implementations on tpu (``eager``,
-``batched_mm``, ``grouped_mm``) and torch_tpu's fused kernel
-(``torch_tpu.hub_kernels.moe``, one op per MoE layer; also under fused eager,
-``torch_tpu.fused()``), next to PyTorch CPU eager of the same model, in one
-run. Tokens must be equal across all.
+per step on tpu for Transformers' experts implementations (``eager``,
+``batched_mm``, ``grouped_mm``), torch_tpu's fused experts kernel alone
+(``torch_tpu.hub_kernels.moe``: one op per MoE layer for the experts) and the
+whole model on torch_tpu's kernels (``dense.kernelize_dense``: the sparse MoE
+block with its router as one op, q/k/v projections + q/k head norms + RoPE as
+one op, the attention kernel, add + RMSNorm as one op), the kernel rows also
+under fused eager (``torch_tpu.fused()``), next to PyTorch CPU eager of the
+same model (torch's default intra-op threads, the "vs CPU" baseline, and one
+thread), in one run. Tokens must be equal across all. "kernel ops/layer"
+counts jax_op calls: 1 for the experts (fused experts), 4 for all kernels
+(q/k/v + norms + RoPE, attention, add + RMSNorm, the MoE block with router).
 
-    python benchmarks/moe_decode.py [--batch 1 8 64] [--steps 16]
+    python benchmarks/moe_decode.py [--batch 1 8 64] [--steps 16] [--rounds 3]
 
-Warm numbers: each configuration decodes once to compile, then is timed.
+Warm numbers: each configuration decodes once to compile, then all are timed
+in ``--rounds`` round-robin rounds (same process) and the median is shown.
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import torch
 
 import torch_tpu
-from torch_tpu.hub_kernels import moe
+from torch_tpu.hub_kernels import dense, moe
+
+VOCAB = 1024
 
 
 def _model() -> torch.nn.Module:
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     cfg = Qwen3MoeConfig(
-        vocab_size=1024, hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
+        vocab_size=VOCAB, hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
         num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4, head_dim=32,
         num_experts=32, num_experts_per_tok=4, decoder_sparse_step=1, mlp_only_layers=[],
         max_position_embeddings=512, norm_topk_prob=True)
@@ -38,7 +48,7 @@ def _sync(device: str) -> None:
 
 
 def _decode(model: torch.nn.Module, ids: torch.Tensor, steps: int, device: str) -> tuple:
-    """(tokens, seconds per decode step, executions per step, fused ops per step)."""
+    """(tokens, seconds per decode step, executions per step, jax_op calls per step)."""
     with torch.no_grad():
         out = model(ids, use_cache=True)
         past, tok = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
@@ -59,40 +69,64 @@ def _decode(model: torch.nn.Module, ids: torch.Tensor, steps: int, device: str) 
     return torch.cat(tokens, 1).cpu(), dt, execs, fused
 
 
+def _configurations(cpu: torch.nn.Module, tpu: torch.nn.Module, kernels: torch.nn.Module) -> list:
+    """(name, model, device, experts implementation, fused eager, CPU threads)."""
+    threads = torch.get_num_threads()
+    rows = [(f"PyTorch CPU eager, {threads} threads", cpu, "cpu", "eager", False, threads),
+            ("PyTorch CPU eager, 1 thread", cpu, "cpu", "eager", False, 1)]
+    rows += [(impl, tpu, "tpu", impl, False, threads) for impl in ("eager", "batched_mm", "grouped_mm")]
+    for fuse in (False, True):
+        tag = " +fused eager" if fuse else ""
+        rows += [("fused experts" + tag, tpu, "tpu", moe.IMPLEMENTATION, fuse, threads),
+                 ("all kernels" + tag, kernels, "tpu", moe.IMPLEMENTATION, fuse, threads)]
+    return rows
+
+
+def _run(config: tuple, ids: torch.Tensor, steps: int) -> tuple:
+    _, model, device, impl, fuse, threads = config
+    model.set_experts_implementation(impl)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)  # on a shared machine, intra-op threads can stall each other
+    try:
+        with torch_tpu.fused(fuse):
+            return _decode(model, ids.to(device), steps, device)
+    finally:
+        torch.set_num_threads(before)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8, 64])
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--prompt", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     moe.register()
-    cpu_model = _model()
-    tpu_model = _model().to("tpu")
-    layers = tpu_model.config.num_hidden_layers
-    impls = ["eager", "batched_mm", "grouped_mm", moe.IMPLEMENTATION]
-    print(f"Qwen3-MoE-style: {layers} layers, 32 experts, top-4, hidden 256; "
-          f"{args.steps} greedy decode steps after an {args.prompt}-token prompt")
+    configs = _configurations(_model(), _model().to("tpu"),
+                              dense.kernelize_dense(_model().to("tpu")))
+    layers = configs[0][1].config.num_hidden_layers
+    print(f"Qwen3-MoE-style: {layers} layers, 32 experts, top-4, hidden 256, vocab {VOCAB}; "
+          f"{args.steps} greedy decode steps after an {args.prompt}-token prompt; "
+          f"median of {args.rounds} round-robin rounds")
     print(f"{'batch':>5} {'implementation':>29} {'ms/step':>9} {'exec/step':>10} "
-          f"{'experts ops/layer':>18} {'vs grouped_mm':>14} {'vs CPU':>7} tokens")
+          f"{'kernel ops/layer':>17} {'vs grouped_mm':>14} {'vs CPU':>7} tokens")
     for batch in args.batch:
         torch.manual_seed(1)
-        ids = torch.randint(0, 1024, (batch, args.prompt))
-        cpu_model.set_experts_implementation("eager")
-        ref, cpu_dt, _, _ = _decode(cpu_model, ids, args.steps, "cpu")
-        rows = []
-        for impl, fuse in [(i, False) for i in impls] + [(moe.IMPLEMENTATION, True)]:
-            tpu_model.set_experts_implementation(impl)
-            with torch_tpu.fused(fuse):
-                _decode(tpu_model, ids.to("tpu"), args.steps, "tpu")  # warm: compiles
-                toks, dt, execs, fused = _decode(tpu_model, ids.to("tpu"), args.steps, "tpu")
-            name = impl + (" +fused eager" if fuse else "")
-            rows.append((name, dt, execs, fused / layers, torch.equal(toks, ref)))
-        grouped = dict((r[0], r[1]) for r in rows)["grouped_mm"]
-        print(f"{batch:>5} {'CPU eager':>29} {cpu_dt * 1e3:>9.1f} {'':>10} {'':>18} "
-              f"{grouped / cpu_dt:>13.2f}x {1.0:>6.2f}x ref")
-        for impl, dt, execs, per_layer, same in rows:
-            print(f"{batch:>5} {impl:>29} {dt * 1e3:>9.1f} {execs:>10.1f} {per_layer:>18.1f} "
-                  f"{grouped / dt:>13.2f}x {cpu_dt / dt:>6.2f}x {'equal' if same else 'DIFFER'}")
+        ids = torch.randint(0, VOCAB, (batch, args.prompt))
+        first = [_run(c, ids, args.steps) for c in configs]  # warm: compiles
+        times = [[] for _ in configs]
+        for _ in range(args.rounds):  # round-robin, so load drift hits every row alike
+            for i, c in enumerate(configs):
+                times[i].append(_run(c, ids, args.steps)[1])
+        med = [statistics.median(t) for t in times]
+        ref, cpu_dt = first[0][0], med[0]
+        grouped = med[[c[0] for c in configs].index("grouped_mm")]
+        for c, (toks, _, execs, ops), dt in zip(configs, first, med):
+            execs_s = f"{execs:>10.1f}" if c[2] == "tpu" else f"{'':>10}"
+            ops_s = f"{ops / layers:>17.1f}" if c[2] == "tpu" else f"{'':>17}"
+            print(f"{batch:>5} {c[0]:>29} {dt * 1e3:>9.1f} {execs_s} {ops_s} {grouped / dt:>13.2f}x "
+                  f"{cpu_dt / dt:>6.2f}x {'equal' if torch.equal(toks, ref) else 'DIFFER'}",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,10 @@
 //     indices of inputs whose buffers the execution may reuse for an output
 //     of the same dtype and size (tf.aliasing_output); a donated tensor is
 //     consumed: reading it afterwards raises an error, as in JAX.
+//   _C._custom_module_handle(key, text, outputs) -> int
+//   _C._run_custom_module_handle(handle, inputs, donate) -> [Tensor...]
+//     The same, with the text and outputs registered once (jax_op does this
+//     per shape signature): a call copies no text and builds no cache key.
 //   _C._register_custom_module_rule(op, callback)
 //     A torch.compile lowering rule (Scope::Graph) for the custom op `op` ("ns::name"):
 //     callback(args) returns the module text for the node's arguments
@@ -21,6 +25,9 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/extension.h>
 
+#include <map>
+#include <memory>
+#include <mutex>
 #include <set>
 
 #include "aten/tpu.h"
@@ -134,25 +141,75 @@ std::vector<at::Tensor> DenseInputs(const std::vector<at::Tensor>& inputs) {
   return dense;
 }
 
-std::vector<at::Tensor> RunCustomModule(const std::string& key, const std::string& text,
-                                        const std::vector<at::Tensor>& inputs,
-                                        const py::list& outputs_spec,
-                                        const std::vector<int64_t>& donate) {
-  FlushPending();  // fused eager: recorded ops write the storages read here
-  std::vector<OutputSpec> outputs = ParseOutputs(outputs_spec);
-  int device = DeviceOf(inputs);
-  std::vector<at::Tensor> dense = DenseInputs(inputs);
-  std::map<size_t, size_t> aliases = DonationTargets(dense, donate, outputs);
-  std::string full_key = "custom_module|" + key + "|" + std::to_string(inputs.size());
-  for (const auto& [i, j] : aliases) full_key += "|" + std::to_string(i) + ">" + std::to_string(j);
+// One export registered once (_custom_module_handle): its text, its parsed
+// outputs, and its executables by (device, donation targets), so a call
+// copies no text, parses no outputs and builds no key.
+struct PreparedModule {
+  std::string key, text;
+  std::vector<OutputSpec> outputs;
+  std::mutex mu;
+  std::map<std::string, pjrt::ExecutablePtr> exes;
+};
 
+std::vector<std::unique_ptr<PreparedModule>>& Prepared() {
+  static auto* modules = new std::vector<std::unique_ptr<PreparedModule>>();  // never freed
+  return *modules;
+}
+std::mutex prepared_mu;
+
+PreparedModule& PreparedAt(int64_t handle) {
+  std::lock_guard<std::mutex> lock(prepared_mu);
+  TORCH_CHECK(handle >= 0 && handle < static_cast<int64_t>(Prepared().size()),
+              "jax_op: unknown custom module handle ", handle);
+  return *Prepared()[handle];
+}
+
+int64_t PrepareCustomModule(const std::string& key, const std::string& text,
+                            const py::list& outputs) {
+  auto m = std::make_unique<PreparedModule>();
+  m->key = key;
+  m->text = text;
+  m->outputs = ParseOutputs(outputs);
+  std::lock_guard<std::mutex> lock(prepared_mu);
+  Prepared().push_back(std::move(m));
+  return static_cast<int64_t>(Prepared().size()) - 1;
+}
+
+pjrt::ExecutablePtr ExecutableFor(PreparedModule& m, int device, const std::vector<at::Tensor>& dense,
+                                  const std::map<size_t, size_t>& aliases) {
+  std::string suffix = "|" + std::to_string(dense.size());
+  for (const auto& [i, j] : aliases) suffix += "|" + std::to_string(i) + ">" + std::to_string(j);
+  std::string local_key = std::to_string(device) + suffix;
   auto& rt = GetRuntime();
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    auto it = m.exes.find(local_key);
+    if (it != m.exes.end()) {
+      ++rt.stats().cache_hits;
+      return it->second;
+    }
+  }
   pjrt::ExecutablePtr exe;
   try {
-    exe = rt.GetOrCompile(full_key, device, [&] { return WrapperText(text, dense, outputs, aliases); });
+    exe = rt.GetOrCompile("custom_module|" + m.key + suffix, device,
+                          [&] { return WrapperText(m.text, dense, m.outputs, aliases); });
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "jax_op: compiling the exported module failed: ", e.what());
   }
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.exes.emplace(local_key, exe);
+  return exe;
+}
+
+std::vector<at::Tensor> RunPrepared(PreparedModule& m, const std::vector<at::Tensor>& inputs,
+                                    const std::vector<int64_t>& donate) {
+  FlushPending();  // fused eager: recorded ops write the storages read here
+  const std::vector<OutputSpec>& outputs = m.outputs;
+  int device = DeviceOf(inputs);
+  std::vector<at::Tensor> dense = DenseInputs(inputs);
+  std::map<size_t, size_t> aliases = DonationTargets(dense, donate, outputs);
+  pjrt::ExecutablePtr exe = ExecutableFor(m, device, dense, aliases);
+  auto& rt = GetRuntime();
   std::vector<pjrt::BufferPtr> keep;
   std::vector<PJRT_Buffer*> buffers;
   for (const at::Tensor& t : dense) {
@@ -188,6 +245,23 @@ std::vector<at::Tensor> RunCustomModule(const std::string& key, const std::strin
     results.push_back(t);
   }
   return results;
+}
+
+std::vector<at::Tensor> RunCustomModuleHandle(int64_t handle, const std::vector<at::Tensor>& inputs,
+                                              const std::vector<int64_t>& donate) {
+  return RunPrepared(PreparedAt(handle), inputs, donate);
+}
+
+// The one-shot form: a module registered for this call only (custom_jax_kernel).
+std::vector<at::Tensor> RunCustomModule(const std::string& key, const std::string& text,
+                                        const std::vector<at::Tensor>& inputs,
+                                        const py::list& outputs_spec,
+                                        const std::vector<int64_t>& donate) {
+  PreparedModule m;
+  m.key = key;
+  m.text = text;
+  m.outputs = ParseOutputs(outputs_spec);
+  return RunPrepared(m, inputs, donate);
 }
 
 // One rule argument as the Python callback sees it.
@@ -244,6 +318,10 @@ void RegisterCustomModuleBindings(PyObject* module) {
   m.def("_run_custom_module", &RunCustomModule, py::arg("key"), py::arg("text"), py::arg("inputs"),
         py::arg("outputs"), py::arg("donate") = std::vector<int64_t>());
   m.def("_register_custom_module_rule", &RegisterCustomModuleRule);
+  m.def("_custom_module_handle", &PrepareCustomModule, py::arg("key"), py::arg("text"),
+        py::arg("outputs"));
+  m.def("_run_custom_module_handle", &RunCustomModuleHandle, py::arg("handle"), py::arg("inputs"),
+        py::arg("donate") = std::vector<int64_t>());
 }
 
 }  // namespace torch_tpu::aten

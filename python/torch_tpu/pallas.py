@@ -16,7 +16,13 @@ parameters, as the custom op ``torch.ops.ns.name``:
 - ``donate_argnums`` gives those tensor inputs' buffers to the execution for
   an output of the same dtype and size; a donated tensor must not be used
   again (reading it raises an error);
-- on CPU tensors it runs ``fn`` with JAX on the CPU.
+- on CPU tensors it runs ``fn`` with JAX on the CPU;
+- in eager, calling the returned op skips torch.library's Python dispatch
+  (autograd wrapper, redispatch) when nothing needs it: no gradient to
+  record, plain tpu tensors, no dispatch / function mode, functorch
+  transform or profiler active. Each shape signature's export is registered
+  once with the runtime (``_C._custom_module_handle``), so a call passes a
+  handle, not the module text. ``torch.ops.ns.name`` always dispatches.
 
 Parameters annotated ``jax.Array`` / ``torch.Tensor`` (optionally
 ``Optional[...]``, or ``list``/``Sequence``/``tuple[..., ...]`` of them) are
@@ -197,6 +203,8 @@ class _JaxOp:
         self._exports: dict[tuple, _Export] = {}
         self._avals: dict[tuple, list] = {}
         self._cpu_fns: dict[tuple, Any] = {}  # jitted per signature (CPU tensors)
+        self._ready: dict[tuple, tuple] = {}  # signature -> (runtime handle, donated indices)
+        self._names = {p.name for p in params}
         schema = "(" + _params_schema(params) + ") -> " + self.returns
         self.op = torch.library.custom_op(name, self._cpu, mutates_args=(), schema=schema)
         self.op.register_fake(self._fake)
@@ -316,14 +324,62 @@ class _JaxOp:
 
     def _tpu(self, *args: Any, **kwargs: Any) -> Any:
         values = self.bind(args, kwargs)
-        e = self.export(self.signature(values))
+        return self.launch(values, self.signature(values))
+
+    def launch(self, values: list, sig: tuple) -> Any:
+        """Runs the export of ``sig`` on the tensors of ``values``."""
+        ready = self._ready.get(sig)
+        if ready is None:
+            ready = self._ready[sig] = self._prepare(values, sig)
+        handle, donate = ready
+        return self.pack(_C._run_custom_module_handle(handle, self.tensors(values), donate))
+
+    def _prepare(self, values: list, sig: tuple) -> tuple:
+        """(the runtime's handle of the export, the flat indices of donated tensors)."""
+        e = self.export(sig)
         donate, k = [], 0
         for i, (p, v) in enumerate(zip(self.params, values)):
             n = (0 if v is None else 1) if p.kind == "tensor" else len(v) if p.kind == "tensors" else 0
             if i in self.donate_params:
                 donate.extend(range(k, k + n))
             k += n
-        return self.pack(_C._run_custom_module(e.key, e.text, self.tensors(values), e.outputs, donate))
+        return _C._custom_module_handle(e.key, e.text, e.outputs), donate
+
+    def fast(self, args: tuple, kwargs: dict) -> Any:
+        """The op's result computed without torch.library's Python dispatch
+        (autograd wrapper, redispatch), where nothing needs it: no gradient
+        to record, plain tpu tensors, no dispatch / function modes, functorch
+        transforms or profiler. ``_SLOW`` where the dispatcher must run."""
+        if len(args) > len(self.params) or _modes_active():
+            return _SLOW
+        values = list(args)
+        for p in self.params[len(args):]:
+            values.append(kwargs[p.name] if p.name in kwargs else p.default)
+        if len(kwargs) and any(k not in self._names for k in kwargs):
+            return _SLOW
+        grad = torch.is_grad_enabled()
+        sig = []
+        for i, (p, v) in enumerate(zip(self.params, values)):
+            if p.kind == "tensor":
+                if v is None:
+                    sig.append(None)
+                    continue
+                if type(v) is not torch.Tensor or v.device.type != "tpu" or (grad and v.requires_grad):
+                    return _SLOW
+                sig.append(("T", v.dtype, tuple(v.shape)))
+            elif p.kind == "tensors":
+                if not isinstance(v, (list, tuple)) or not all(
+                        type(t) is torch.Tensor and t.device.type == "tpu"
+                        and not (grad and t.requires_grad) for t in v):
+                    return _SLOW
+                sig.append(("L", tuple(("T", t.dtype, tuple(t.shape)) for t in v)))
+            else:
+                v = _static_value(p.schema_type, v)
+                if v is _SLOW:
+                    return _SLOW
+                values[i] = v
+                sig.append(("S", v))
+        return self.launch(values, tuple(sig))
 
     def _cpu(self, *args: Any, **kwargs: Any) -> Any:
         jax = _jax()
@@ -353,6 +409,55 @@ class _JaxOp:
             else:
                 values.append(a)
         return self.export(self.signature(values)).text
+
+
+_SLOW = object()  # fast(): the dispatcher must run this call
+_REGISTERED: dict[str, Any] = {}  # "ns::name" -> the CustomOpDef jax_op returned
+
+
+def registered_op(name: str) -> Any:
+    """The op that ``jax_op(name, ...)`` returned (call it: in eager it skips
+    torch.library's Python dispatch where nothing needs it)."""
+    if name not in _REGISTERED:
+        raise KeyError(f"torch_tpu.pallas: no jax_op named {name!r} is registered")
+    return _REGISTERED[name]
+
+
+def _modes_active() -> bool:
+    """Whether anything that sees ops through the dispatcher is active."""
+    from torch.autograd.profiler import _is_profiler_enabled  # noqa: PLC0415
+
+    return bool(torch._C._len_torch_dispatch_stack() or torch._C._len_torch_function_stack()
+                or torch._C._are_functorch_transforms_active() or _is_profiler_enabled)
+
+
+def _static_value(schema_type: str, v: Any) -> Any:
+    """A static argument as the schema converts it (int -> float), or _SLOW
+    where the dispatcher must check it (it raises on a wrong type)."""
+    if schema_type == "float" and type(v) in (int, float):
+        return float(v)
+    if schema_type == "int" and type(v) is int:
+        return v
+    if (schema_type == "bool" and type(v) is bool) or (schema_type == "str" and type(v) is str):
+        return v
+    return _SLOW
+
+
+def _fast_op_def(op: Any, jax_op_: "_JaxOp") -> Any:
+    """Makes the CustomOpDef ``op`` call ``jax_op_.fast`` first (it stays a
+    CustomOpDef: same attributes, same ``torch.ops`` entry)."""
+    op.__class__ = _FastCustomOpDef
+    op._torch_tpu_jax_op = jax_op_
+    return op
+
+
+class _FastCustomOpDef(torch._library.custom_ops.CustomOpDef):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not torch.compiler.is_compiling():
+            out = self._torch_tpu_jax_op.fast(args, kwargs)
+            if out is not _SLOW:
+                return out
+        return self._opoverload(*args, **kwargs)
 
 
 def _avals_of(sig: tuple) -> list:
@@ -507,6 +612,7 @@ def jax_op(name: str, fn: Callable | None = None, /, *, donate_argnums: Sequence
         op = _JaxOp(name, params, _returns(sig.return_annotation, name), body, donate)
         _register_autograd(op)
         op.op.__doc__ = fn.__doc__
+        _REGISTERED[name] = _fast_op_def(op.op, op)
         return op.op
 
     return register if fn is None else register(fn)

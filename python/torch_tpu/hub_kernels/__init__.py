@@ -48,7 +48,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict
 
-__all__ = ["RMS_NORM_REPO", "rms_norm_repository", "kernel_mapping"]
+__all__ = ["RMS_NORM_REPO", "rms_norm_repository", "kernel_mapping", "kernel_op"]
 
 #: The local kernel repository holding the RMSNorm layer.
 RMS_NORM_REPO = Path(__file__).resolve().parent / "rms_norm"
@@ -71,3 +71,16 @@ def kernel_mapping() -> Dict[str, Dict[str, Any]]:
     modes = [Mode.INFERENCE, Mode.TRAINING, Mode.INFERENCE | Mode.TORCH_COMPILE,
              Mode.TRAINING | Mode.TORCH_COMPILE]
     return {"RMSNorm": {"tpu": {mode: repo for mode in modes}}}
+
+
+def kernel_op(name: str) -> Any:
+    """The registered kernel ``torch_tpu_kernels::<name>`` to call: in eager its
+    ``jax_op`` (which skips torch.library's Python dispatch when no gradient
+    is recorded), under ``torch.compile`` the ``torch.ops`` entry."""
+    import torch
+
+    if torch.compiler.is_compiling():
+        return getattr(torch.ops.torch_tpu_kernels, name)
+    from torch_tpu.pallas import registered_op
+
+    return registered_op("torch_tpu_kernels::" + name)

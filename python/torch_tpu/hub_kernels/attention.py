@@ -36,6 +36,8 @@ from typing import Any, Optional
 
 import torch
 
+from . import kernel_op
+
 __all__ = ["IMPLEMENTATION", "attention_forward", "register", "decode_attention",
            "flash_attention"]
 
@@ -187,7 +189,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     scale = q.shape[-1] ** -0.5 if scaling is None else float(scaling)
     if not torch.compiler.is_compiling():
         _ops()
-    return torch.ops.torch_tpu_kernels.decode_attention(q, k, v, mask, scale, bool(causal),
+    return kernel_op("decode_attention")(q, k, v, mask, scale, bool(causal),
                                                         int(window or 0), float(softcap or 0.0))
 
 
@@ -200,7 +202,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     scale = q.shape[-1] ** -0.5 if scaling is None else float(scaling)
     if not torch.compiler.is_compiling():
         _ops()
-    return torch.ops.torch_tpu_kernels.flash_attention(q, k, v, mask, scale, bool(causal),
+    return kernel_op("flash_attention")(q, k, v, mask, scale, bool(causal),
                                                        int(window or 0), float(softcap or 0.0),
                                                        int(block))
 

@@ -11,9 +11,18 @@ executable per layer call instead of ~20 small ones; backward through
 ``jax.vjp`` of the same function.
 
 The grouped matmul costs the ragged work, not tokens x experts: the sorted
-rows are cut into tiles of ``tile`` rows that each belong to one expert
-(``ceil(S / tile) + min(E, S)`` tiles at most, a static count), and one batched
-``tile x K @ K x N`` product runs every tile against its expert's weights.
+rows are cut into tiles of ``tile`` rows that each belong to one expert. The
+forward loops over the tiles in use (``fori_loop`` with a data-dependent trip
+count): each iteration gathers its tokens, runs both projections against its
+expert's weights read in place and adds the weighted rows into the float32
+output. The backward (``jax.custom_vjp``) differentiates the whole-array form:
+``ceil(S / tile) + min(E, S)`` tiles (a static count), one batched
+``tile x K @ K x N`` product per projection against the gathered weights.
+
+``sparse_moe_block(block, hidden, residual)`` (``torch_tpu_kernels::moe_block``)
+is the whole sparse MoE block of Qwen3-MoE / Mixtral, router included (linear,
+float32 softmax, top-k, optional renormalisation), plus the residual add: ONE
+op per MoE layer; ``dense.kernelize_dense`` puts it into the model.
 
 Register it once, then select it like any experts implementation::
 
@@ -29,11 +38,14 @@ layouts run Transformers' ``grouped_mm`` implementation unchanged.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
-__all__ = ["IMPLEMENTATION", "experts_forward", "register", "supports"]
+from . import kernel_op
+
+__all__ = ["IMPLEMENTATION", "experts_forward", "register", "supports", "supports_block",
+           "sparse_moe_block"]
 
 #: The name under which :func:`register` adds the implementation.
 IMPLEMENTATION = "torch_tpu_fused"
@@ -76,6 +88,7 @@ def _tile_rows(rows: int, experts: int) -> int:
 def _op() -> Any:
     import jax
     import jax.numpy as jnp
+    import numpy as np
 
     from torch_tpu.pallas import jax_op
 
@@ -112,10 +125,9 @@ def _op() -> Any:
     acts = {"silu": jax.nn.silu, "gelu": lambda g: jax.nn.gelu(g, approximate=False),
             "gelu_tanh": lambda g: jax.nn.gelu(g, approximate=True)}
 
-    @jax_op("torch_tpu_kernels::moe_experts")
-    def moe_experts(hidden: jax.Array, top_k_index: jax.Array, top_k_weights: jax.Array,
-                    gate_up_proj: jax.Array, down_proj: jax.Array, activation: str,
-                    transposed: bool) -> jax.Array:
+    def experts_tiles(hidden: Any, top_k_index: Any, top_k_weights: Any, gate_up_proj: Any,
+                      down_proj: Any, activation: str, transposed: bool) -> Any:
+        """The experts forward as whole-array ops (differentiable: the backward)."""
         tokens, top_k = top_k_index.shape
         experts = gate_up_proj.shape[0]
         flat = top_k_index.reshape(-1).astype(jnp.int32)
@@ -131,7 +143,99 @@ def _op() -> Any:
         y = y[jnp.argsort(perm)]  # back to (token, k) order
         return y.reshape(tokens, top_k, -1).sum(axis=1).astype(hidden.dtype)
 
-    return moe_experts
+    def experts_loop(hidden: Any, top_k_index: Any, top_k_weights: Any, gate_up_proj: Any,
+                     down_proj: Any, activation: str, transposed: bool) -> Any:
+        """The experts forward as a loop over the used tiles: each iteration gathers
+        its ``tile`` tokens, runs both projections against its expert's weights
+        (read in place, never gathered into a copy) and adds the weighted rows
+        into the float32 output. Costs the ragged work; the loop runs only the
+        tiles in use (``sum(ceil(rows_e / tile))``)."""
+        tokens, top_k = top_k_index.shape
+        experts = gate_up_proj.shape[0]
+        flat = top_k_index.reshape(-1).astype(jnp.int32)
+        perm = jnp.argsort(flat, stable=True)
+        sizes = jnp.bincount(flat, length=experts).astype(jnp.int32)
+        tile = _tile_rows(flat.shape[0], experts)
+        ends = jnp.cumsum(sizes)
+        starts = ends - sizes
+        tile_ends = jnp.cumsum((sizes + tile - 1) // tile)
+        tile_starts = tile_ends - (sizes + tile - 1) // tile
+        pad = jnp.zeros((tile,), jnp.int32)
+        token_of = jnp.concatenate([(perm // top_k).astype(jnp.int32), pad])
+        weight_of = jnp.concatenate([top_k_weights.reshape(-1)[perm].astype(jnp.float32),
+                                     pad.astype(jnp.float32)])
+        spec = "tk,kn->tn" if transposed else "tk,nk->tn"
+
+        def body(t: Any, out: Any) -> Any:
+            e = jnp.minimum(jnp.searchsorted(tile_ends, t, side="right"), experts - 1)
+            r0 = starts[e] + (t - tile_starts[e]) * tile
+            valid = r0 + jnp.arange(tile) < ends[e]
+            toks = jax.lax.dynamic_slice(token_of, (r0,), (tile,))
+            w = jnp.where(valid, jax.lax.dynamic_slice(weight_of, (r0,), (tile,)), 0.0)
+            h = jnp.einsum(spec, hidden[toks], gate_up_proj[e],
+                           preferred_element_type=jnp.float32).astype(hidden.dtype)
+            gate, up = jnp.split(h, 2, axis=-1)
+            h = (acts[activation](gate) * up).astype(hidden.dtype)
+            y = jnp.einsum(spec, h, down_proj[e], preferred_element_type=jnp.float32)
+            y = y.astype(hidden.dtype).astype(jnp.float32)
+            # rows past the expert's end (next expert's tokens) add exactly 0, even if y is inf
+            return out.at[toks].add(jnp.where(valid[:, None], y * w[:, None], 0.0))
+
+        out = jax.lax.fori_loop(0, tile_ends[-1], body,
+                                jnp.zeros((tokens, hidden.shape[-1]), jnp.float32))
+        return out.astype(hidden.dtype)
+
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+    def experts(hidden: Any, top_k_index: Any, top_k_weights: Any, gate_up_proj: Any,
+                down_proj: Any, activation: str, transposed: bool) -> Any:
+        return experts_loop(hidden, top_k_index, top_k_weights, gate_up_proj, down_proj,
+                            activation, transposed)
+
+    def experts_fwd(hidden: Any, top_k_index: Any, top_k_weights: Any, gate_up_proj: Any,
+                    down_proj: Any, activation: str, transposed: bool) -> tuple:
+        out = experts(hidden, top_k_index, top_k_weights, gate_up_proj, down_proj,
+                      activation, transposed)
+        return out, (hidden, top_k_index, top_k_weights, gate_up_proj, down_proj)
+
+    def experts_bwd(activation: str, transposed: bool, saved: tuple, ct: Any) -> tuple:
+        hidden, top_k_index, top_k_weights, gate_up_proj, down_proj = saved
+        _, pullback = jax.vjp(lambda h, w, gu, d: experts_tiles(h, top_k_index, w, gu, d,
+                                                                activation, transposed),
+                              hidden, top_k_weights, gate_up_proj, down_proj)
+        gh, gw, ggu, gd = pullback(ct)
+        index_ct = np.zeros(top_k_index.shape, dtype=jax.dtypes.float0)
+        return gh, index_ct, gw, ggu, gd
+
+    experts.defvjp(experts_fwd, experts_bwd)
+
+    @jax_op("torch_tpu_kernels::moe_experts")
+    def moe_experts(hidden: jax.Array, top_k_index: jax.Array, top_k_weights: jax.Array,
+                    gate_up_proj: jax.Array, down_proj: jax.Array, activation: str,
+                    transposed: bool) -> jax.Array:
+        return experts(hidden, top_k_index, top_k_weights, gate_up_proj, down_proj,
+                       activation, transposed)
+
+    @jax_op("torch_tpu_kernels::moe_block")
+    def moe_block(hidden: jax.Array, router_weight: jax.Array, gate_up_proj: jax.Array,
+                  down_proj: jax.Array, residual: Optional[jax.Array], top_k: int,
+                  norm_topk_prob: bool, cast_scores: bool, activation: str,
+                  transposed: bool) -> jax.Array:
+        """Router (linear, float32 softmax, top-k, optional renormalisation, cast
+        back) + experts (+ residual add): a whole sparse MoE block."""
+        shape = hidden.shape
+        x = hidden.reshape(-1, shape[-1])
+        logits = jnp.einsum("tk,ek->te", x, router_weight,
+                            preferred_element_type=jnp.float32).astype(x.dtype)
+        probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+        top, index = jax.lax.top_k(probs, top_k)
+        if norm_topk_prob:
+            top = top / jnp.sum(top, axis=-1, keepdims=True)
+        top = top.astype(x.dtype) if cast_scores else top
+        y = experts(x, index, top, gate_up_proj, down_proj, activation,
+                    transposed).reshape(shape)
+        return y if residual is None else residual + y
+
+    return moe_experts, moe_block
 
 
 def experts_forward(self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
@@ -143,9 +247,46 @@ def experts_forward(self: Any, hidden_states: torch.Tensor, top_k_index: torch.T
         return grouped_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights)
     if not torch.compiler.is_compiling():
         _op()  # registers the op (torch.compile then sees torch.ops.torch_tpu_kernels.*)
-    return torch.ops.torch_tpu_kernels.moe_experts(
+    return kernel_op("moe_experts")(
         hidden_states, top_k_index, top_k_weights, self.gate_up_proj, self.down_proj,
         _activation(self), bool(self.is_transposed))
+
+
+#: Router classes whose forward the fused block computes: name -> (renormalise
+#: the top-k probabilities (None: the router's ``norm_topk_prob``), cast the
+#: scores back to the logits' dtype).
+_ROUTERS = {"Qwen3MoeTopKRouter": (None, True), "MixtralTopKRouter": (True, False)}
+
+
+def supports_block(block: Any) -> bool:
+    """Whether :func:`sparse_moe_block` computes this sparse MoE block's forward
+    (a Qwen3-MoE / Mixtral-style router and supported experts; no router jitter
+    in training, no shared experts)."""
+    gate, experts = getattr(block, "gate", None), getattr(block, "experts", None)
+    names = {n for n, _ in block.named_children()}
+    return type(gate).__name__ in _ROUTERS and experts is not None and supports(experts) \
+        and names == {"gate", "experts"} and isinstance(getattr(gate, "weight", None), torch.Tensor) \
+        and not (block.training and getattr(block, "jitter_noise", 0) > 0)
+
+
+def sparse_moe_block(block: Any, hidden_states: torch.Tensor,
+                     residual: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """A whole sparse MoE block (router softmax / top-k / renormalisation and the
+    experts), plus ``residual`` if given, as ONE op."""
+    if not supports_block(block):
+        raise ValueError(f"torch_tpu sparse_moe_block: {type(block).__name__} is not a supported "
+                         "MoE block (Qwen3-MoE / Mixtral-style router + fused experts)")
+    if residual is not None and residual.shape != hidden_states.shape:
+        raise ValueError(f"torch_tpu sparse_moe_block: residual {tuple(residual.shape)} and "
+                         f"hidden states {tuple(hidden_states.shape)} differ")
+    if not torch.compiler.is_compiling():
+        _op()
+    gate, experts = block.gate, block.experts
+    norm, cast = _ROUTERS[type(gate).__name__]
+    norm = bool(gate.norm_topk_prob) if norm is None else norm
+    return kernel_op("moe_block")(
+        hidden_states, gate.weight, experts.gate_up_proj, experts.down_proj, residual,
+        int(gate.top_k), norm, cast, _activation(experts), bool(experts.is_transposed))
 
 
 def register(name: str = IMPLEMENTATION) -> str:

@@ -8,7 +8,7 @@ import sys
 import torch
 from torch import nn
 
-from torch_tpu.hub_kernels import dense
+from torch_tpu.hub_kernels import dense, moe
 
 
 def _sliding_window(module: nn.Module):
@@ -76,6 +76,27 @@ class PreNormDecoderLayer(nn.Module):
         norm = self.post_attention_layernorm
         h, residual = dense.add_rms_norm(h, residual, norm.weight, norm.variance_epsilon)
         return dense.gated_mlp(self.mlp, h, residual)
+
+
+class MoEDecoderLayer(nn.Module):
+    """A Qwen3-MoE / Mixtral decoder layer: the attention as in ``RopeAttention``
+    (q/k head norms fused into the projection + RoPE op), the residual add +
+    post-attention RMSNorm as ONE op, and the whole sparse MoE block (router
+    softmax / top-k / renormalisation, experts, residual add) as ONE op."""
+
+    has_backward = True
+    can_torch_compile = True
+
+    def forward(self, hidden_states, attention_mask=None, position_ids=None, cache=None,
+                use_cache=False, position_embeddings=None, **kwargs):
+        residual = hidden_states
+        h = self.input_layernorm(hidden_states)
+        h, _ = self.self_attn(hidden_states=h, attention_mask=attention_mask,
+                              position_ids=position_ids, cache=cache, use_cache=use_cache,
+                              position_embeddings=position_embeddings, **kwargs)
+        norm = self.post_attention_layernorm
+        h, residual = dense.add_rms_norm(h, residual, norm.weight, norm.variance_epsilon)
+        return moe.sparse_moe_block(self.mlp, h, residual)
 
 
 class RotaryPosEmb(nn.Module):
