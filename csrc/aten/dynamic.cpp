@@ -17,30 +17,29 @@
 // 36, 40, ...): a dynamic dim is padded by less than 12.5% (2 dynamic dims:
 // < 26.6%).
 //
-// Storage: tensors keep exact PyTorch storages (nbytes, data_ptr, views
-// untouched); the executable takes bucket-sized buffers. The padding is at
-// the executable boundary: a storage a dynamic dim reads is copied into a
-// zero-padded buffer of the bucket's sizes (real elements at the front of
-// each dim), which the executable reshapes statically and marks with
-// set_dimension_size (no data moves on device; a packed layout would need
-// dynamic_reshape, which XLA's padder lowers with sorts: 0.2 s instead of
-// 5 ms for a 2x35x256 exp on XLA:CPU). An output with dynamic dims is
-// returned dynamic, which PJRT hands back packed: its real elements are the
-// prefix of the bucket-sized buffer.
-// This first step pads and cuts through the host (PJRT has no device-side
-// copy without an executable, and one per size would compile per size): a
-// synchronous round trip per dynamic tensor. Storages read only through
-// static dims (weights, transposed views) are passed as they are.
+// Storage (runtime.h DeviceStorage::padded_shape): a dynamic op's result
+// keeps its buffer at its bound's bucket, the real elements at the front of
+// each padded dim, so the next dynamic op takes it as it is; only a chain's
+// first op pads its exact input (through the host: an exact buffer's type
+// changes with every size). PyTorch sees exact storages (nbytes, data_ptr,
+// views, strides); exact readers slice or compact the real elements out.
+// A dynamic op reads views too: any permutation of windows of its storage's
+// dims (padded_layout.h), e.g. heads split out and transposed, RoPE halves,
+// a table cut to the sequence length, a KV cache whose buffer is larger than
+// the reader's bucket.
 //
 // What runs dynamic: the functional ops of DynamicOps() (elementwise,
-// reductions, softmax, matmul/linear) whose dynamic inputs are contiguous
-// whole storages and whose outputs are fresh and contiguous. Everything else,
-// in-place and out= variants, fused eager and compiled graphs keep exact
-// shapes. A dynamic module XLA rejects turns its signature back to exact
-// shapes (correct first).
+// reductions, softmax, matmul, clone, cat, embedding, masked_fill, cumsum,
+// attention without dropout) whose outputs are dense. Calls of a signature
+// from different places keep separate size variants (a head count never turns
+// dynamic because a sequence length did); parameters never turn dynamic.
+// Everything else (in-place and out= variants, random draws, integer pow),
+// fused eager and compiled graphs keep exact shapes. A dynamic module XLA
+// rejects turns its signature back to exact shapes (correct first).
+// debug.report() says why an op ran exact (exact_reasons).
 //
-// Controls: TORCH_TPU_DYNAMIC_SHAPES=0 (default: exact shapes), auto (the
-// policy above), 1 (every dim of size > 1 dynamic from the first call);
+// Controls: TORCH_TPU_DYNAMIC_SHAPES=auto (default: the policy above), 0
+// (exact shapes), 1 (every dim of size > 1 dynamic from the first call);
 // torch_tpu.dynamic.set_mode() at run time.
 //
 // Hints (torch_tpu.mark_dynamic / mark_static), in every mode: a marked
@@ -79,10 +78,7 @@ DynamicMode ParseMode(const std::string& v) {
 DynamicMode& ModeRef() {
   static DynamicMode mode = [] {
     const char* v = std::getenv("TORCH_TPU_DYNAMIC_SHAPES");
-    // Not "auto" yet: under auto an int64 pow sample of the OpInfo sweep
-    // sends XLA's algebraic simplifier into an exponential recursion
-    // (IsNonNegative) while compiling its bounded-dynamic module.
-    return ParseMode(v ? v : "0");
+    return ParseMode(v ? v : "auto");
   }();
   return mode;
 }

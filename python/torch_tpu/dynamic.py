@@ -1,13 +1,16 @@
 """Bounded dynamic shapes in strict eager (csrc/aten/dynamic.cpp).
 
 Modes (TORCH_TPU_DYNAMIC_SHAPES, or set_mode() at run time):
-  "0"    exact shapes: every new input shape compiles (the default for now);
-  "auto" the first sizes of an op signature compile static; a second size in
-         some dim makes that dim dynamic: one executable per size bucket
-         (8 buckets per octave, < 12.5% padding per dim) serves every size in it;
+  "auto" (the default) the first sizes of an op signature compile static; a
+         second size in some dim makes that dim dynamic: one executable per
+         size bucket (8 buckets per octave, < 12.5% padding per dim) serves
+         every size in it;
+  "0"    exact shapes: every new input shape compiles;
   "1"    every dim of size > 1 dynamic from the first call (for measuring).
-Ops that run dynamic: elementwise, reductions, softmax, matmul/linear
-(functional variants); everything else keeps exact shapes.
+Ops that run dynamic: elementwise, reductions, softmax, matmul, clone, cat,
+embedding, masked_fill, cumsum, attention without dropout (functional
+variants, also on views such as transposed heads and slices); everything
+else keeps exact shapes (debug.report() says why).
 
 Hints, in every mode (and forwarded to torch._dynamo, so that the same call
 works for torch.compile): mark_dynamic(t, dim, min=None, max=None) makes a
