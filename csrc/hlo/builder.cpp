@@ -697,7 +697,15 @@ Value Builder::Concatenate(const std::vector<Value>& xs, int64_t dim) {
   TensorType type = xs.at(0).type;
   type.shape[dim] = 0;
   for (const auto& x : xs) type.shape[dim] += x.shape()[dim];
-  return Op1("stablehlo.concatenate", xs, type, "dimension = " + std::to_string(dim) + " : i64");
+  std::vector<Value> operands = xs;
+  // MLIR's type inference takes the bounds encoding of a concatenate from its
+  // first operand and aborts the process when that one is static while a
+  // later one is bounded-dynamic: give the first one an encoding (its own
+  // size along `dim`, as a runtime size).
+  bool later_dynamic = std::any_of(xs.begin() + 1, xs.end(), [](const Value& x) { return x.type.is_dynamic(); });
+  if (later_dynamic && !xs[0].type.is_dynamic())
+    operands[0] = SetDimensionSize(xs[0], ConstantInt(ElementType::I32, xs[0].shape()[dim]), dim);
+  return Op1("stablehlo.concatenate", operands, type, "dimension = " + std::to_string(dim) + " : i64");
 }
 
 Value Builder::Iota(const TensorType& type, int64_t dim) {

@@ -136,3 +136,13 @@ def test_report_names_why_an_op_ran_exact():
     reasons = debug.stats()["exact_reasons"]
     assert reasons.get("add_.Tensor", reasons.get("add_.Scalar", {})).get("in-place or out= variant"), reasons
     assert x.shape == (5, 31)
+
+
+def test_cat_after_a_static_first_operand():
+    # A concatenate whose first operand is static and a later one dynamic once
+    # aborted the process in MLIR's type inference (builder.cpp Concatenate).
+    for n in (29, 30, 31):
+        x = torch.randn(n)
+        got = torch.cat([torch.ones(1).to("tpu"), x.to("tpu") * 2.0, torch.zeros(2).to("tpu")])
+        torch.testing.assert_close(got.cpu(), torch.cat([torch.ones(1), x * 2.0, torch.zeros(2)]),
+                                   rtol=0, atol=0)

@@ -125,15 +125,19 @@ def _op() -> Any:
     acts = {"silu": jax.nn.silu, "gelu": lambda g: jax.nn.gelu(g, approximate=False),
             "gelu_tanh": lambda g: jax.nn.gelu(g, approximate=True)}
 
+    def sort_by_expert(top_k_index: Any, experts: int) -> tuple[Any, Any, int]:
+        """The (token, k) slots sorted by expert (stable), each expert's row
+        count, and the row tile of the grouped matmuls."""
+        flat = top_k_index.reshape(-1).astype(jnp.int32)
+        perm = jnp.argsort(flat, stable=True)
+        sizes = jnp.bincount(flat, length=experts).astype(jnp.int32)
+        return perm, sizes, _tile_rows(flat.shape[0], experts)
+
     def experts_tiles(hidden: Any, top_k_index: Any, top_k_weights: Any, gate_up_proj: Any,
                       down_proj: Any, activation: str, transposed: bool) -> Any:
         """The experts forward as whole-array ops (differentiable: the backward)."""
         tokens, top_k = top_k_index.shape
-        experts = gate_up_proj.shape[0]
-        flat = top_k_index.reshape(-1).astype(jnp.int32)
-        perm = jnp.argsort(flat, stable=True)
-        sizes = jnp.bincount(flat, length=experts).astype(jnp.int32)
-        tile = _tile_rows(flat.shape[0], experts)
+        perm, sizes, tile = sort_by_expert(top_k_index, gate_up_proj.shape[0])
         x = hidden[perm // top_k]
         h = grouped(x, gate_up_proj, sizes, tile, transposed)
         gate, up = jnp.split(h, 2, axis=-1)
@@ -152,10 +156,7 @@ def _op() -> Any:
         tiles in use (``sum(ceil(rows_e / tile))``)."""
         tokens, top_k = top_k_index.shape
         experts = gate_up_proj.shape[0]
-        flat = top_k_index.reshape(-1).astype(jnp.int32)
-        perm = jnp.argsort(flat, stable=True)
-        sizes = jnp.bincount(flat, length=experts).astype(jnp.int32)
-        tile = _tile_rows(flat.shape[0], experts)
+        perm, sizes, tile = sort_by_expert(top_k_index, experts)
         ends = jnp.cumsum(sizes)
         starts = ends - sizes
         tile_ends = jnp.cumsum((sizes + tile - 1) // tile)
