@@ -29,8 +29,8 @@
 // the reader's bucket.
 //
 // What runs dynamic: the functional ops of DynamicOps() (elementwise,
-// reductions, softmax, matmul, clone, cat, embedding, masked_fill, cumsum,
-// attention without dropout) whose outputs are dense. Calls of a signature
+// reductions, softmax, matmul, clone, cat, embedding, masked_fill, cumsum)
+// whose outputs are dense. Calls of a signature
 // from different places keep separate size variants (a head count never turns
 // dynamic because a sequence length did); parameters never turn dynamic.
 // Everything else (in-place and out= variants, random draws, integer pow),
@@ -38,8 +38,8 @@
 // rejects turns its signature back to exact shapes (correct first).
 // debug.report() says why an op ran exact (exact_reasons).
 //
-// Controls: TORCH_TPU_DYNAMIC_SHAPES=auto (default: the policy above), 0
-// (exact shapes), 1 (every dim of size > 1 dynamic from the first call);
+// Controls: TORCH_TPU_DYNAMIC_SHAPES=0 (default: exact shapes), auto (the
+// policy above), 1 (every dim of size > 1 dynamic from the first call);
 // torch_tpu.dynamic.set_mode() at run time.
 //
 // Hints (torch_tpu.mark_dynamic / mark_static), in every mode: a marked
@@ -78,7 +78,10 @@ DynamicMode ParseMode(const std::string& v) {
 DynamicMode& ModeRef() {
   static DynamicMode mode = [] {
     const char* v = std::getenv("TORCH_TPU_DYNAMIC_SHAPES");
-    return ParseMode(v ? v : "auto");
+    // Not "auto" yet: the last full run under auto failed 11 tests (attention
+    // at a bucketed head count, an attention output XLA returned dynamic,
+    // compile counts; README: dynamic shapes).
+    return ParseMode(v ? v : "0");
   }();
   return mode;
 }
@@ -141,8 +144,6 @@ const std::unordered_set<std::string>& DynamicOps() {
       "mm", "bmm", "addmm", "matmul", "linear",
       // copies, joins, lookups, masks, scans
       "clone", "cat", "embedding", "masked_fill.Scalar", "cumsum", "all", "any", "all.dim", "any.dim",
-      // attention (sdpa_dynamic: is_causal with equal query and key lengths only)
-      "_scaled_dot_product_efficient_attention",
   };
   return ops;
 }
@@ -256,18 +257,6 @@ bool DrawsRandomBits(const Call& call) {
   return call.desc->rule->draws(AbstractArgs(call.plan), outputs) != 0;
 }
 
-// A causal attention's mask is built at the bucket's sizes: right only when
-// the query and key lengths are equal (then their buckets are too).
-bool CausalLengthsAgree(const Plan& plan) {
-  constexpr size_t kIsCausal = 6;  // (query, key, value, attn_bias, compute_log_sumexp, dropout_p, is_causal)
-  if (plan.args.size() <= kIsCausal || plan.args[kIsCausal].kind != Arg::Kind::Bool ||
-      !plan.args[kIsCausal].literal.i)
-    return true;
-  const auto& q = plan.inputs.at(plan.args[0].tensors.at(0)).geometry.sizes;
-  const auto& k = plan.inputs.at(plan.args[1].tensors.at(0)).geometry.sizes;
-  return q.size() >= 2 && k.size() >= 2 && q[q.size() - 2] == k[k.size() - 2];
-}
-
 // The dims of a dense strided tensor from outermost to innermost in memory;
 // nullopt when its elements do not fill a block exactly.
 std::optional<std::vector<int64_t>> StorageOrder(const std::vector<int64_t>& sizes,
@@ -312,8 +301,6 @@ bool Eligible(const Call& call) {
         if (t < 0) return Refuse("a tensor list with None");
     if (a.kind == Arg::Kind::Generator && DrawsRandomBits(call)) return Refuse("draws random numbers");
   }
-  if (call.desc->name == "_scaled_dot_product_efficient_attention" && !CausalLengthsAgree(plan))
-    return Refuse("causal attention with unequal query and key lengths");
   for (bool u : call.undefined_outputs)
     if (u) return Refuse("an undefined output");
   const bool integer_exact = ExactForIntegers(call.desc->name);

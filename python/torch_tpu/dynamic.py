@@ -1,14 +1,14 @@
 """Bounded dynamic shapes in strict eager (csrc/aten/dynamic.cpp).
 
 Modes (TORCH_TPU_DYNAMIC_SHAPES, or set_mode() at run time):
-  "auto" (the default) the first sizes of an op signature compile static; a
+  "0"    exact shapes: every new input shape compiles (the default for now);
+  "auto" the first sizes of an op signature compile static; a
          second size in some dim makes that dim dynamic: one executable per
          size bucket (8 buckets per octave, < 12.5% padding per dim) serves
          every size in it;
-  "0"    exact shapes: every new input shape compiles;
   "1"    every dim of size > 1 dynamic from the first call (for measuring).
 Ops that run dynamic: elementwise, reductions, softmax, matmul, clone, cat,
-embedding, masked_fill, cumsum, attention without dropout (functional
+embedding, masked_fill, cumsum (functional
 variants, also on views such as transposed heads and slices); everything
 else keeps exact shapes (debug.report() says why).
 

@@ -59,17 +59,6 @@ class RopeAttention(nn.Module):
         return self.o_proj(out), weights
 
 
-def _attention_then_norm(layer, hidden_states, attention_mask=None, position_ids=None, cache=None,
-                         use_cache=False, position_embeddings=None, **kwargs):
-    """A pre-norm decoder layer's first half: RMSNorm, attention, then the
-    residual add + post-attention RMSNorm as ONE op; returns (normed, residual)."""
-    h = layer.input_layernorm(hidden_states)
-    h, _ = layer.self_attn(hidden_states=h, attention_mask=attention_mask, position_ids=position_ids,
-                           cache=cache, use_cache=use_cache, position_embeddings=position_embeddings, **kwargs)
-    norm = layer.post_attention_layernorm
-    return dense.add_rms_norm(h, hidden_states, norm.weight, norm.variance_epsilon)
-
-
 class PreNormDecoderLayer(nn.Module):
     """Llama's decoder layer with the residual add + post-attention RMSNorm as
     ONE op and the MLP together with its residual add as ONE op."""
@@ -77,8 +66,15 @@ class PreNormDecoderLayer(nn.Module):
     has_backward = True
     can_torch_compile = True
 
-    def forward(self, hidden_states, **kwargs):
-        h, residual = _attention_then_norm(self, hidden_states, **kwargs)
+    def forward(self, hidden_states, attention_mask=None, position_ids=None, cache=None,
+                use_cache=False, position_embeddings=None, **kwargs):
+        residual = hidden_states
+        h = self.input_layernorm(hidden_states)
+        h, _ = self.self_attn(hidden_states=h, attention_mask=attention_mask,
+                              position_ids=position_ids, cache=cache, use_cache=use_cache,
+                              position_embeddings=position_embeddings, **kwargs)
+        norm = self.post_attention_layernorm
+        h, residual = dense.add_rms_norm(h, residual, norm.weight, norm.variance_epsilon)
         return dense.gated_mlp(self.mlp, h, residual)
 
 
@@ -91,8 +87,15 @@ class MoEDecoderLayer(nn.Module):
     has_backward = True
     can_torch_compile = True
 
-    def forward(self, hidden_states, **kwargs):
-        h, residual = _attention_then_norm(self, hidden_states, **kwargs)
+    def forward(self, hidden_states, attention_mask=None, position_ids=None, cache=None,
+                use_cache=False, position_embeddings=None, **kwargs):
+        residual = hidden_states
+        h = self.input_layernorm(hidden_states)
+        h, _ = self.self_attn(hidden_states=h, attention_mask=attention_mask,
+                              position_ids=position_ids, cache=cache, use_cache=use_cache,
+                              position_embeddings=position_embeddings, **kwargs)
+        norm = self.post_attention_layernorm
+        h, residual = dense.add_rms_norm(h, residual, norm.weight, norm.variance_epsilon)
         return moe.sparse_moe_block(self.mlp, h, residual)
 
 
