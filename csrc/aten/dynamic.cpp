@@ -616,8 +616,6 @@ std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle&
   return out;
 }
 
-Value I32(hlo::Builder& b, int64_t v) { return b.ConstantInt(ElementType::I32, v); }
-
 // An input read out of its padded storage buffer (runtime.h: the real
 // elements at the front of each padded dim): its view of the buffer's dims
 // at the bucket's sizes (padded_layout.h), then the runtime size of each

@@ -114,28 +114,23 @@ hlo::Value ReadPaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& re
                           const std::vector<int64_t>& view_sizes) {
   const StorageLayout& l = read.layout;
   hlo::Value v = b.Reshape(buffer, l.padded);
-  std::vector<int64_t> limit(l.padded.size()), kept_sizes;
-  std::vector<std::pair<int, size_t>> kept;  // (view dim, layout dim) of the dims the view reads
+  std::vector<int64_t> limit(l.padded.size()), read_sizes;  // read_sizes: the dims a view dim reads
+  std::vector<std::pair<int, int64_t>> kept;  // (view dim, its place in read_sizes)
   bool windowed = false;
   for (size_t j = 0; j < l.padded.size(); ++j) {
     int64_t extent = read.view_dim[j] >= 0 ? view_sizes[read.view_dim[j]] : 1;
     limit[j] = read.start[j] + extent;
     windowed |= read.start[j] != 0 || limit[j] != l.padded[j];
-    if (read.view_dim[j] >= 0) kept.emplace_back(read.view_dim[j], j);
+    if (read.view_dim[j] < 0) continue;
+    kept.emplace_back(read.view_dim[j], static_cast<int64_t>(read_sizes.size()));
+    read_sizes.push_back(extent);
   }
   if (windowed) v = b.Slice(v, read.start, limit, std::vector<int64_t>(l.padded.size(), 1));
+  v = b.Reshape(v, read_sizes);  // the unread (selected) dims dropped
   std::sort(kept.begin(), kept.end());  // view order
-  std::vector<int64_t> dropped;         // the read dims, layout order
-  for (size_t j = 0; j < l.padded.size(); ++j)
-    if (read.view_dim[j] >= 0) dropped.push_back(limit[j] - read.start[j]);
-  v = b.Reshape(v, dropped);
-  std::vector<int64_t> rank_in_layout;  // per kept dim (view order): its place in `dropped`
-  for (const auto& [d, j] : kept) {
-    int64_t place = 0;
-    for (size_t i = 0; i < j; ++i) place += read.view_dim[i] >= 0;
-    rank_in_layout.push_back(place);
-  }
-  v = b.Transpose(v, rank_in_layout);
+  std::vector<int64_t> perm;
+  for (const auto& [d, place] : kept) perm.push_back(place);
+  v = b.Transpose(v, perm);
   return b.Reshape(v, view_sizes);
 }
 
