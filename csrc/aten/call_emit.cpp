@@ -25,6 +25,20 @@ Value StorageValue(const Plan& plan, hlo::Builder& b, const std::vector<Value>& 
   return b.Reshape(v, {st.numel()});
 }
 
+// The written value `flat` (numel() elements) laid back into storage `s`'s
+// padded layout, so that the storage keeps its buffer and layout (the next
+// call of the same op hits the same executable; a dynamic op reads it as is).
+Value RepaddedValue(const Plan& plan, hlo::Builder& b, const std::vector<Value>& params, size_t s,
+                    Value flat) {
+  const runtime::DeviceStorage& st = *plan.storages[s];
+  if (!st.padded() || plan.storage_param[s] < 0) return flat;
+  Value whole = params[plan.storage_param[s]];
+  if (whole.rank() != 1 || whole.shape()[0] == st.numel()) return flat;
+  std::vector<Value> origin(st.padded_shape.size(), b.ConstantInt(ElementType::I64, 0));
+  Value updated = b.DynamicUpdateSlice(b.Reshape(whole, st.padded_shape), b.Reshape(flat, st.real_shape), origin);
+  return b.Reshape(updated, {st.buffer_numel()});
+}
+
 Value Read(const Plan& plan, hlo::Builder& b, const std::vector<Value>& params, int idx) {
   const TensorIn& in = plan.inputs[idx];
   Value storage = StorageValue(plan, b, params, in.storage);
@@ -101,7 +115,7 @@ Emitted EmitCall(const Call& call, hlo::Builder& b, const std::vector<Value>& pa
     Value offset = d.offset_param >= 0 ? params[d.offset_param] : Value();
     current[d.storage] = lowering::WriteView(b, current[d.storage], offset, d.geometry, v);
   }
-  for (size_t k : call.written) e.written_values.push_back(current[k]);
+  for (size_t k : call.written) e.written_values.push_back(RepaddedValue(plan, b, params, k, current[k]));
   e.checks = ctx.checks;
   return e;
 }

@@ -47,8 +47,8 @@ std::string BuildModule(const Call& call, std::vector<std::string>* checks) {
   std::vector<Value> outs = e.written_values;
   for (size_t k = 0; k < call.written.size(); ++k) {
     int p = plan.storage_param[call.written[k]];
-    // A padded buffer is longer than the value written back: no alias.
-    if (p >= 0 && !plan.storages[call.written[k]]->padded()) b.SetParameterAttrs(p, "tf.aliasing_output = " + std::to_string(k) + " : i32");
+    // A padded storage gets its value back in its padded layout (call_emit.cpp).
+    if (p >= 0) b.SetParameterAttrs(p, "tf.aliasing_output = " + std::to_string(k) + " : i32");
   }
   outs.insert(outs.end(), e.fresh_values.begin(), e.fresh_values.end());
   for (const auto& check : e.checks) {
@@ -90,7 +90,6 @@ std::vector<c10::IValue> LaunchCall(const Call& call, Compiled* hit) {
     launch.params.push_back(LaunchValue(plan, q));
     if (q.kind == Param::Kind::Storage)
       launch.params.back().donate =
-          !plan.storages[q.storage]->padded() &&
           std::find(call.written.begin(), call.written.end(), q.storage) != call.written.end();
   }
   for (size_t k : call.written) launch.results.push_back(plan.storages[k]);

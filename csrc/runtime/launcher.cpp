@@ -43,6 +43,12 @@ LaunchParam LaunchParam::Raw(const void* data, size_t nbytes, hlo::ElementType t
 
 namespace {
 
+int64_t Elements(const pjrt::Buffer& b) {
+  int64_t n = 1;
+  for (int64_t d : b.dims()) n *= d;
+  return n;
+}
+
 pjrt::BufferPtr Upload(Runtime& rt, const LaunchParam& p, int device) {
   switch (p.kind) {
     case LaunchParam::Kind::Buffer: return p.buffer;
@@ -91,8 +97,9 @@ std::vector<pjrt::BufferPtr> Run(Runtime& rt, const Launch& l) {
     throw pjrt::Error("executable returned " + std::to_string(outs.size()) + " results, expected " +
                       std::to_string(taken + checks));
   for (size_t k = 0; k < taken; ++k) {
-    l.results[k]->Set(outs[k]);
-    if (k < l.result_types.size()) l.results[k]->dtype = l.result_types[k];
+    DeviceStorage* s = l.results[k];
+    s->SetResult(outs[k], s->padded() ? Elements(*outs[k]) : 0);
+    if (k < l.result_types.size()) s->dtype = l.result_types[k];
   }
   for (size_t c = 0; c < checks; ++c) rt.AddAssertion(outs[taken + c], (*l.checks)[c]);
   return std::vector<pjrt::BufferPtr>(outs.begin() + static_cast<std::ptrdiff_t>(taken + checks),

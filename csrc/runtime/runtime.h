@@ -61,6 +61,12 @@ struct DeviceStorage {
     buffer = std::move(b);
   }
   void SetPadded(pjrt::BufferPtr b, std::vector<int64_t> real, std::vector<int64_t> padded);
+  // A module's new value for the storage: `elements` long. A padded storage
+  // keeps its layout when the value fills its whole buffer; otherwise Set().
+  void SetResult(pjrt::BufferPtr b, int64_t elements) {
+    if (padded() && elements == buffer_numel()) buffer = std::move(b);
+    else Set(std::move(b));
+  }
 
  private:
   void ClearPadding();  // runtime.cpp: also gives its bytes back to the memory counters

@@ -91,10 +91,13 @@ def test_in_place_and_partial_writes():
     e[1:3] = 0.5
     torch.testing.assert_close(y.cpu(), e)
     y2, e2 = padded_result(11, 46)
-    y2.add_(1)  # whole in-place write: the storage becomes exact
-    assert torch_tpu._C._padded_shape(y2) == []
+    padded = torch_tpu._C._padded_shape(y2)
+    assert padded != []
+    y2.add_(1)  # an exact in-place op keeps the storage's padded layout
+    assert torch_tpu._C._padded_shape(y2) == padded
+    assert y2.untyped_storage().nbytes() == 11 * 46 * 4
     torch.testing.assert_close(y2.cpu(), e2 + 1)
-    z = torch.exp(y2)  # ... and is padded again by the next dynamic op
+    z = torch.exp(y2)  # ... which the next dynamic op reads as it is
     torch.testing.assert_close(z.cpu(), torch.exp(e2 + 1), rtol=1e-5, atol=0)
 
 
@@ -143,5 +146,7 @@ def test_memory_counters_include_the_padding():
     assert torch.tpu.memory_allocated() - base == (16 - 7) * 49 * 4 + 16 * 49 * 4
     del y
     assert torch.tpu.memory_allocated() - base == (16 - 7) * 49 * 4
-    x.add_(1)  # a whole write replaces x's buffer by an exact one
-    assert torch.tpu.memory_allocated() == base
+    x.add_(1)  # an in-place write keeps x's padded buffer (no second copy)
+    assert torch.tpu.memory_allocated() - base == (16 - 7) * 49 * 4
+    del x
+    assert torch.tpu.memory_allocated() == base - 7 * 49 * 4
