@@ -52,6 +52,7 @@ struct Param {
   hlo::ElementType dtype = hlo::ElementType::F32;
   uint64_t rng[2] = {0, 0};  // Rng
   at::Tensor cpu;            // CpuTensor
+  bool buffer_read = false;  // Offset of a TensorIn::buffer_geometry read (exact modules only)
 };
 
 // A tpu tensor read by the call: a view of one of the plan's storages.
@@ -61,6 +62,10 @@ struct TensorIn {
   lowering::ViewGeometry geometry;
   int offset_param = -1;
   int storage_param = -1;
+  // A window of a padded storage, read by an exact op straight out of the
+  // padded buffer (padded_layout.h: ReadInBuffer), at buffer_offset_param.
+  std::optional<lowering::ViewGeometry> buffer_geometry;
+  int buffer_offset_param = -1;
 };
 
 // One schema argument: its kind, where its values come from, its literal.

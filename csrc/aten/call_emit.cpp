@@ -41,6 +41,10 @@ Value RepaddedValue(const Plan& plan, hlo::Builder& b, const std::vector<Value>&
 
 Value Read(const Plan& plan, hlo::Builder& b, const std::vector<Value>& params, int idx) {
   const TensorIn& in = plan.inputs[idx];
+  const runtime::DeviceStorage& st = *plan.storages[in.storage];
+  Value whole = params[in.storage_param];
+  if (in.buffer_geometry && st.padded() && whole.rank() == 1 && whole.shape()[0] == st.buffer_numel())
+    return lowering::ReadView(b, whole, params[in.buffer_offset_param], *in.buffer_geometry);
   Value storage = StorageValue(plan, b, params, in.storage);
   Value offset = in.offset_param >= 0 ? params[in.offset_param] : Value();
   return lowering::ReadView(b, storage, offset, in.geometry);

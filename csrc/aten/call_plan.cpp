@@ -6,6 +6,7 @@
 #include "aten/call.h"
 #include "aten/call_args.h"
 #include "aten/dynamic.h"
+#include "aten/padded_layout.h"
 
 namespace torch_tpu::aten {
 
@@ -51,6 +52,20 @@ void CheckDevice(Plan& p, const at::Tensor& t, const std::string& op) {
               op, ")");
 }
 
+// A window of a padded storage is read in the buffer's own elements: its key
+// and module do not change as the storage's real sizes grow.
+bool ReadsBuffer(Plan& p, const DeviceStorage& s, int64_t offset, TensorIn* in) {
+  if (!s.padded() || in->geometry.whole) return false;
+  std::optional<BufferRead> r = ReadInBuffer(in->geometry, offset, {s.real_shape, s.padded_shape});
+  if (!r) return false;
+  in->buffer_geometry = r->geometry;
+  Param q{Param::Kind::Offset};
+  q.offset = r->offset;
+  q.buffer_read = true;
+  in->buffer_offset_param = AddParam(p, q);
+  return true;
+}
+
 int AddTensor(Plan& p, const at::Tensor& t, const std::string& op) {
   CheckDevice(p, t, op);
   ElementType dtype = ToElementType(t.scalar_type(), op.c_str());
@@ -68,8 +83,14 @@ int AddTensor(Plan& p, const at::Tensor& t, const std::string& op) {
   p.key += std::to_string(in.storage);
   p.key += hlo::Name(dtype);
   size_t span_begin = p.key.size();
-  in.geometry.AppendKey(&p.key);
-  AppendCapacityKey(*s, &p.key);
+  if (!ReadsBuffer(p, *s, t.storage_offset(), &in)) {
+    in.geometry.AppendKey(&p.key);
+    AppendCapacityKey(*s, &p.key);
+  } else {
+    in.buffer_geometry->AppendKey(&p.key);
+    p.key += 'B';
+    p.key += hlo::Ints(s->padded_shape);
+  }
   if (DynamicShapesActive())  // dynamic.h: only dynamic.cpp's signatures read the spans
     p.geometry_spans.emplace_back(span_begin, p.key.size());
   p.inputs.push_back(std::move(in));
@@ -148,7 +169,7 @@ void PlanDestinations(Plan& plan, const OpDesc& desc, const std::vector<c10::IVa
     plan.key += 'W';
     plan.key += std::to_string(d.storage);
     d.geometry.AppendKey(&plan.key);
-    if (!d.geometry.whole) AppendCapacityKey(*s, &plan.key);
+    AppendCapacityKey(*s, &plan.key);  // the module writes its real elements back
     plan.dests.push_back(d);
   }
 }

@@ -66,10 +66,15 @@ SdpaOverrideable(const at::Tensor& query, const at::Tensor& key, const at::Tenso
   at::Tensor q = three ? query.unsqueeze(0) : query;
   at::Tensor k = three ? key.unsqueeze(0) : key;
   at::Tensor v = three ? value.unsqueeze(0) : value;
+  // The logsumexp is for backward only: without a gradient to compute, an
+  // unwritten tensor of its shape (and the kernel may run dynamic shapes).
+  bool backward = at::GradMode::is_enabled() &&
+                  (q.requires_grad() || k.requires_grad() || v.requires_grad() ||
+                   (attn_bias && attn_bias->requires_grad()));
   auto [out, lse, seed, offset] = at::_scaled_dot_product_efficient_attention(
-      q, k, v, attn_bias, /*compute_log_sumexp=*/true, dropout_p, is_causal, scale);
+      q, k, v, attn_bias, /*compute_log_sumexp=*/backward, dropout_p, is_causal, scale);
   int64_t L = q.size(2), S = k.size(2);
-  lse = lse.narrow(2, 0, L);
+  lse = backward ? lse.narrow(2, 0, L) : at::empty({q.size(0), q.size(1), L}, q.options().dtype(at::kFloat));
   if (three) out = out.squeeze(0);
   return {out, lse, at::Tensor(), at::Tensor(), c10::SymInt(L), c10::SymInt(S), seed, offset,
           at::Tensor()};

@@ -78,9 +78,6 @@ DynamicMode ParseMode(const std::string& v) {
 DynamicMode& ModeRef() {
   static DynamicMode mode = [] {
     const char* v = std::getenv("TORCH_TPU_DYNAMIC_SHAPES");
-    // Not "auto" yet: the last full run under auto failed 11 tests (attention
-    // at a bucketed head count, an attention output XLA returned dynamic,
-    // compile counts; README: dynamic shapes).
     return ParseMode(v ? v : "0");
   }();
   return mode;
@@ -144,9 +141,12 @@ const std::unordered_set<std::string>& DynamicOps() {
       "mm", "bmm", "addmm", "matmul", "linear",
       // copies, joins, lookups, masks, scans
       "clone", "cat", "embedding", "masked_fill.Scalar", "cumsum", "all", "any", "all.dim", "any.dim",
+      // attention, in its sequence dims only (SequenceDimsOnly)
+      "_scaled_dot_product_efficient_attention",
   };
   return ops;
 }
+
 
 // Ops whose integer form stays exact: XLA lowers an integer pow to a chain of
 // squarings and selects, and its algebraic simplifier's sign analysis of that
@@ -190,6 +190,7 @@ struct DynamicCompiled {
   std::vector<std::vector<int64_t>> out_bucket;  // per output: its sizes in the executable
   std::vector<std::vector<int64_t>> out_order;   // per output: its dims in storage order
   std::vector<std::vector<int64_t>> out_buffer;  // per output: the sizes its storage keeps
+  std::vector<std::string> checks;  // device assertions (results before the outputs), op-prefixed
 };
 
 struct DynamicState {
@@ -389,6 +390,28 @@ std::vector<bool> ParameterInputs(const Plan& plan, const std::vector<c10::IValu
     if (t.is_leaf() || (t.is_view() && t._base().is_leaf())) fixed[ap.tensors[0]] = true;
   }
   return fixed;
+}
+
+// Attention runs dynamic in its sequence dims only: a padded head count would
+// change grouped-query attention's grouping, a padded head dim the default
+// scale 1/sqrt(E). q, k, v: [..., s, E] (dim -2); the mask: its last two dims.
+// Training keeps exact shapes: the saved logsumexp's rows are rounded up to a
+// multiple of 32, a size that does not follow the sequence length.
+bool SequenceDimsOnly(const Call& call, const std::vector<c10::IValue>& args, CallHints* hints) {
+  if (call.desc->name != "_scaled_dot_product_efficient_attention") return true;
+  if (args.size() > 4 && args[4].isBool() && args[4].toBool())
+    return Refuse("attention that saves its logsumexp for backward");
+  for (size_t a = 0; a < 4 && a < call.plan.args.size(); ++a) {
+    const ArgPlan& ap = call.plan.args[a];
+    if (ap.kind != Arg::Kind::Tensor || ap.tensors.empty() || ap.tensors[0] < 0) continue;
+    auto& dims = (*hints)[ap.tensors[0]];
+    const size_t rank = dims.size();
+    for (size_t d = 0; d < rank; ++d) {
+      bool sequence = d + 2 == rank || (a == 3 && d + 1 == rank);
+      if (!sequence) dims[d] = DimHint{false, -1, -1};
+    }
+  }
+  return true;
 }
 
 // The hints of each input's tensor (all empty when no tensor has any).
@@ -671,11 +694,15 @@ Value PadDynamic(hlo::Builder& b, Value v, std::vector<bool> dyn, const std::vec
 
 std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
                                const std::vector<OutputSpec>& bucket_specs,
-                               const DynamicCompiled& dc) {
+                               DynamicCompiled& dc) {
   const Plan& plan = call.plan;
   hlo::Builder b("dyn_op");
   std::vector<Value> params;
   for (const auto& q : plan.params) {
+    if (q.buffer_read) {  // dynamic modules read storages their own way
+      params.emplace_back();
+      continue;
+    }
     TensorType t = ParamType(plan, q);
     if (q.kind == Param::Kind::Storage && lay.capacity[q.storage] >= 0)
       t.shape = {lay.capacity[q.storage]};
@@ -693,10 +720,16 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
                              lay.in_dynamic[i], sizes, &next);
   Call bucket_call = call;
   bucket_call.specs = bucket_specs;
+  for (auto& in : bucket_call.plan.inputs) in.buffer_geometry.reset();  // storages may be re-laid out
   Emitted e = EmitCall(bucket_call, b, params, &reads);
-  if (!e.checks.empty() || !e.written_values.empty())
-    throw lowering::Unsupported("dynamic: op with device assertions or writes");
+  if (!e.written_values.empty()) throw lowering::Unsupported("dynamic: op with writes");
+  // Assertions are reductions over the inputs (index bounds): the padder
+  // masks their padding like any other reduction.
   std::vector<Value> outs;
+  for (const auto& check : e.checks) {
+    outs.push_back(check.ok);
+    dc.checks.push_back(call.desc->name + ": " + check.message);
+  }
   for (size_t k = 0; k < e.fresh_results.size(); ++k) {
     outs.push_back(PadDynamic(b, e.fresh_results[k], dc.out_dynamic[k], dc.out_order[k], dc.out_buffer[k]));
   }
@@ -787,7 +820,9 @@ std::vector<c10::IValue> LaunchDynamic(const Call& call, const DynamicCompiled& 
   launch.exe = dc.exe.get();
   launch.device = plan.device;
   launch.op = &call.desc->name;
+  launch.checks = &dc.checks;
   for (const Param& q : plan.params) {
+    if (q.buffer_read) continue;  // not a parameter of dynamic modules
     if (q.kind == Param::Kind::Storage && lay.capacity[q.storage] >= 0)
       launch.params.push_back(PaddedParam(plan.storages[q.storage], lay.storage_layout[q.storage], plan.device));
     else
@@ -872,6 +907,7 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
     if (fixed[i])
       for (auto& h : hints[i])
         if (!h) h = DimHint{false, -1, -1};
+  if (!SequenceDimsOnly(call, args, &hints)) return std::nullopt;
   t_exact_reason = "dynamic shapes off (TORCH_TPU_DYNAMIC_SHAPES=0)";
   if (mode == DynamicMode::Off && !hinted) return std::nullopt;
   DynamicState& state = State();

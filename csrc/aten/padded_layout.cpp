@@ -91,6 +91,22 @@ std::optional<ViewRead> MapView(const lowering::ViewGeometry& g, int64_t offset,
   return read;
 }
 
+std::optional<BufferRead> ReadInBuffer(const lowering::ViewGeometry& g, int64_t offset, const StorageLayout& base) {
+  std::optional<ViewRead> read = MapView(g, offset, base);
+  if (!read) return std::nullopt;
+  std::vector<int64_t> strides = RealStrides(read->layout.padded);  // row major over the padded dims
+  BufferRead r;
+  r.geometry.sizes = g.sizes;
+  r.geometry.strides.assign(g.sizes.size(), 1);  // size-1 dims: any stride reads the same element
+  r.geometry.storage_numel = 1;
+  for (int64_t d : base.padded) r.geometry.storage_numel *= d;
+  for (size_t j = 0; j < strides.size(); ++j) {
+    r.offset += read->start[j] * strides[j];
+    if (read->view_dim[j] >= 0) r.geometry.strides[read->view_dim[j]] = strides[j];
+  }
+  return r;
+}
+
 std::vector<std::pair<int64_t, int64_t>> LayoutRuns(const StorageLayout& l) {
   std::vector<std::pair<int64_t, int64_t>> runs;
   for (size_t d = 0; d < l.real.size(); ++d) {

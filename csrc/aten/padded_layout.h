@@ -34,6 +34,17 @@ struct ViewRead {
 // no permutation of windows of its dims (overlapping or broadcast strides).
 std::optional<ViewRead> MapView(const lowering::ViewGeometry& g, int64_t offset, const StorageLayout& base);
 
+// View `g` at real element offset `offset` read straight out of the padded
+// buffer: its geometry and offset in the buffer's own elements (sizes as the
+// view's; strides and storage_numel of the padded layout). It does not
+// depend on the real sizes, so an exact op reading a window of a growing
+// padded storage compiles once. nullopt when MapView cannot map the view.
+struct BufferRead {
+  lowering::ViewGeometry geometry;
+  int64_t offset = 0;
+};
+std::optional<BufferRead> ReadInBuffer(const lowering::ViewGeometry& g, int64_t offset, const StorageLayout& base);
+
 // The layout runs of a padded layout: (real, padded) element counts, size-1
 // dims dropped and an unpadded dim folded into the one outside it. Two
 // layouts with equal runs put every real element at the same place.
