@@ -29,7 +29,8 @@
 // the reader's bucket.
 //
 // What runs dynamic: the functional ops of DynamicOps() (elementwise,
-// reductions, softmax, matmul, clone, cat, embedding, masked_fill, cumsum)
+// reductions, softmax, matmul, clone, cat, embedding, masked_fill, cumsum,
+// attention in its sequence dims)
 // whose outputs are dense. Calls of a signature
 // from different places keep separate size variants (a head count never turns
 // dynamic because a sequence length did); parameters never turn dynamic.
@@ -38,8 +39,8 @@
 // rejects turns its signature back to exact shapes (correct first).
 // debug.report() says why an op ran exact (exact_reasons).
 //
-// Controls: TORCH_TPU_DYNAMIC_SHAPES=0 (default: exact shapes), auto (the
-// policy above), 1 (every dim of size > 1 dynamic from the first call);
+// Controls: TORCH_TPU_DYNAMIC_SHAPES=auto (the default: the policy above),
+// 0 (exact shapes), 1 (every dim of size > 1 dynamic from the first call);
 // torch_tpu.dynamic.set_mode() at run time.
 //
 // Hints (torch_tpu.mark_dynamic / mark_static), in every mode: a marked
@@ -78,7 +79,7 @@ DynamicMode ParseMode(const std::string& v) {
 DynamicMode& ModeRef() {
   static DynamicMode mode = [] {
     const char* v = std::getenv("TORCH_TPU_DYNAMIC_SHAPES");
-    return ParseMode(v ? v : "0");
+    return ParseMode(v ? v : "auto");
   }();
   return mode;
 }

@@ -1,8 +1,8 @@
 """Bounded dynamic shapes in strict eager (csrc/aten/dynamic.cpp).
 
 Modes (TORCH_TPU_DYNAMIC_SHAPES, or set_mode() at run time):
-  "0"    exact shapes: every new input shape compiles (the default for now);
-  "auto" the first sizes of an op signature compile static; a
+  "0"    exact shapes: every new input shape compiles;
+  "auto" (the default) the first sizes of an op signature compile static; a
          second size in some dim makes that dim dynamic: one executable per
          size bucket (8 buckets per octave, < 12.5% padding per dim) serves
          every size in it;
