@@ -13,9 +13,21 @@ state exists), each phase runs with the peak counter reset:
 - AdamW step: needs P + S + X + G (updates in place, donated buffers).
 
 Prints, per mode and phase, the peak of ``torch.tpu.max_memory_allocated()``
-(bytes held by live storages) against those live bytes, and flags ratios
-above 1.1x. ``--optimizer-impl`` chooses AdamW's implementation (default:
-PyTorch's choice for the device). Not a test: ``python benchmarks/memory.py``.
+(bytes of the device buffers live storages hold, including buffers a fused
+chain still reads) against those live bytes, and flags ratios above 1.1x.
+After each phase it also checks the counter against the plugin: the PJRT
+buffers the process holds (alive, not deleted by a donation; their
+``PJRT_Buffer_OnDeviceSizeInBytes``) must add up to ``memory_allocated()``
+(a donated buffer left behind, or a second buffer per storage, would show
+here as "plugin" bytes above it).
+
+In compile mode the AdamW step is compiled too (``torch.compile`` around
+``opt.step``, PyTorch's recipe for compiled optimizers; ``--eager-step``
+runs it eagerly). Strict eager runs PyTorch's default foreach AdamW as is:
+its ``_foreach_sqrt(exp_avg_sqs)`` materializes one parameter-sized
+temporary (1.25x, as on CUDA); ``--optimizer-impl fused`` avoids it.
+``--optimizer-impl`` chooses AdamW's implementation (default: PyTorch's
+choice for the device). Not a test: ``python benchmarks/memory.py``.
 """
 import argparse
 import os
@@ -39,15 +51,27 @@ def optimizer_state_bytes(opt):
                   if torch.is_tensor(v) and v.device.type == "tpu")
 
 
-def build(mode, impl):
+def build(mode, impl, eager_step=False):
     import torch_tpu  # noqa: F401
 
     model = llama_modes.model().to("tpu")
     x = llama_modes.example_input("tpu")
     kwargs = {} if impl == "default" else {impl: True}
+    if mode == "compile" and not eager_step:
+        kwargs["capturable"] = True  # step counts on the device: one graph, no host scalars
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **kwargs)
     fwd = torch.compile(model, backend="tpu") if mode == "compile" else model
-    return model, x, opt, fwd
+    opt_step = opt.step
+    if mode == "compile" and not eager_step:
+        opt_step = torch.compile(opt.step, backend="tpu")
+    return model, x, opt, fwd, opt_step
+
+
+def plugin_bytes():
+    """Bytes of the PJRT buffers the process holds on tpu:0, as the plugin reports them."""
+    import torch_tpu
+
+    return torch_tpu._C._plugin_memory(0)["live_buffer_bytes"]
 
 
 def measured(fn, mode):
@@ -62,17 +86,19 @@ def measured(fn, mode):
     else:
         out = fn()
     torch.tpu.synchronize()
-    return out, torch.tpu.max_memory_allocated(), torch.tpu.memory_allocated()
+    after = torch.tpu.memory_allocated()
+    extra = plugin_bytes() - after  # what the counter does not see
+    return out, torch.tpu.max_memory_allocated(), after, extra
 
 
-def run_mode(mode, impl):
-    model, x, opt, fwd = build(mode, impl)
+def run_mode(mode, impl, eager_step=False):
+    model, x, opt, fwd, opt_step = build(mode, impl, eager_step)
 
     def forward():
         return fwd(x).pow(2).mean()
 
     def step():
-        opt.step()
+        opt_step()
         opt.zero_grad(set_to_none=True)
 
     for _ in range(2):  # warm-up: compiles, creates the optimizer state
@@ -85,18 +111,18 @@ def run_mode(mode, impl):
     S = optimizer_state_bytes(opt)
     X = nbytes([x])
     base = torch.tpu.memory_allocated()
-    loss, fwd_peak, after_fwd = measured(forward, mode)
+    loss, fwd_peak, after_fwd, fwd_extra = measured(forward, mode)
     A = after_fwd - base
-    _, bwd_peak, after_bwd = measured(lambda: loss.backward(), mode)
+    _, bwd_peak, after_bwd, bwd_extra = measured(lambda: loss.backward(), mode)
     del loss
     torch.tpu.synchronize()
     G = nbytes(p.grad for p in model.parameters() if p.grad is not None)
-    _, step_peak, _ = measured(step, mode)
+    _, step_peak, _, step_extra = measured(step, mode)
     return {
         "P": P, "S": S, "X": X, "A": A, "G": G, "base": base,
-        "rows": [("forward", fwd_peak, P + S + X + A),
-                 ("backward", bwd_peak, P + S + X + A + G),
-                 ("adamw step", step_peak, P + S + X + G)],
+        "rows": [("forward", fwd_peak, P + S + X + A, fwd_extra),
+                 ("backward", bwd_peak, P + S + X + A + G, bwd_extra),
+                 ("adamw step", step_peak, P + S + X + G, step_extra)],
         "unaccounted": base - (P + S + X),
     }
 
@@ -105,21 +131,23 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--optimizer-impl", default="default", choices=["default", "foreach", "fused"])
+    p.add_argument("--eager-step", action="store_true", help="compile mode: run opt.step eagerly")
     p.add_argument("--layers", type=int, default=llama_modes.LAYERS)
     p.add_argument("--hidden", type=int, default=llama_modes.HIDDEN)
     args = p.parse_args()
     llama_modes.LAYERS, llama_modes.HIDDEN = args.layers, args.hidden
     print(f"AdamW ({args.optimizer_impl}), {args.layers} layers, hidden {args.hidden}; "
-          "MiB; ratio = peak / live bytes needed")
-    print(f"{'mode':<9}{'phase':<12}{'peak':>9}{'needed':>9}{'ratio':>8}   live bytes")
+          "MiB; ratio = peak / live bytes needed; plugin+ = bytes of PJRT buffers beyond "
+          "memory_allocated() after the phase")
+    print(f"{'mode':<9}{'phase':<12}{'peak':>9}{'needed':>9}{'ratio':>8}{'plugin+':>9}   live bytes")
     above = []
     for mode in args.modes.split(","):
-        r = run_mode(mode, args.optimizer_impl)
+        r = run_mode(mode, args.optimizer_impl, args.eager_step)
         parts = " ".join(f"{k}={r[k] / MiB:.2f}" for k in ("P", "S", "G", "A", "X"))
-        for phase, peak, needed in r["rows"]:
+        for phase, peak, needed, extra in r["rows"]:
             ratio = peak / needed
             flag = "  <-- above 1.1x" if ratio > 1.1 else ""
-            print(f"{mode:<9}{phase:<12}{peak / MiB:>9.2f}{needed / MiB:>9.2f}{ratio:>8.3f}   "
+            print(f"{mode:<9}{phase:<12}{peak / MiB:>9.2f}{needed / MiB:>9.2f}{ratio:>8.3f}{extra:>9}   "
                   f"{parts}{flag}")
             if ratio > 1.1:
                 above.append((mode, phase, ratio))

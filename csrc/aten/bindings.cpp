@@ -8,6 +8,7 @@
 #include <torch/extension.h>
 
 #include "aten/compile_log.h"
+#include "pjrt/live_buffers.h"
 #include "aten/dynamic.h"
 #include "aten/graph.h"
 #include "aten/profiler.h"
@@ -269,6 +270,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_clear_cache", [] { GetRuntime().ClearCache(); });
   m.def("_set_launch_blocking", [](bool v) { GetRuntime().set_launch_blocking(v); });
   m.def("_memory", [](int d) {
+    torch_tpu::aten::SettleDeferredStorages();
     auto& mem = GetRuntime().memory(d);
     py::dict r;
     r["allocated_bytes"] = mem.allocated;
@@ -277,7 +279,22 @@ PYBIND11_MODULE(_C, m) {
     r["num_frees"] = mem.num_frees;
     return r;
   });
+  m.def("_plugin_memory", [](int d) {
+    torch_tpu::aten::FlushPending();  // a recorded chain's results become buffers
+    const auto& client = GetRuntime().client();
+    auto live = torch_tpu::pjrt::LiveBuffers(client.devices().at(d).device);
+    auto stats = client.DeviceMemoryStats(d);
+    py::dict r;
+    r["live_buffers"] = live.count;
+    r["live_buffer_bytes"] = live.bytes;
+    bool reported = stats.bytes_limit >= 0 || stats.peak_bytes_in_use >= 0;  // CPU plugins: neither
+    r["plugin_bytes_in_use"] = reported ? py::object(py::int_(stats.bytes_in_use)) : py::object(py::none());
+    r["plugin_peak_bytes_in_use"] = stats.peak_bytes_in_use < 0 ? py::object(py::none())
+                                                                : py::object(py::int_(stats.peak_bytes_in_use));
+    return r;
+  });
   m.def("_reset_peak", [](int d) {
+    torch_tpu::aten::SettleDeferredStorages();
     auto& mem = GetRuntime().memory(d);
     mem.peak = mem.allocated;
   });

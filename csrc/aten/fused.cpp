@@ -194,19 +194,26 @@ bool FusionEnabled() {
   return v >= 0 ? v == 1 : FusionFromEnv();
 }
 
-void ForgetStorage(DeviceStorage* s) {
+bool ForgetStorage(DeviceStorage* s) {
   Recorder& rec = Rec();
-  if (!rec.b) return;
-  rec.storage_param.erase(s);  // its buffer stays alive in rec.args
+  if (!rec.b) return false;
+  bool held = rec.storage_param.erase(s) > 0;  // its buffer stays alive in rec.args
   if (s->pending()) rec.pending.erase(std::find(rec.pending.begin(), rec.pending.end(), s));
+  return held;
 }
 
 void FlushPending() {
+  struct Settle {  // memory counters: what was allocated meanwhile now holds buffers
+    ~Settle() { SettleDeferredStorages(); }
+  } settle;
   Recorder& rec = Rec();
   if (!rec.b) return;
   // Take the recording first: anything below may re-enter (allocations).
   Recorder r = std::move(rec);
   rec = Recorder();
+  struct Release {  // after the counters peaked with the chain's inputs and results
+    ~Release() { SettleDeferredStorages(), ReleaseRecordingBuffers(); }
+  } release;
   RunRecording(r);
 }
 

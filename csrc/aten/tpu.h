@@ -55,6 +55,13 @@ void RegisterCustomModuleBindings(struct _object* module);  // _C._run_custom_mo
 
 // The pieces of the device (allocator.cpp, hooks.cpp, generator.cpp).
 c10::DeviceAllocator* DeviceAllocator();
+// Memory counters in fused eager (allocator.cpp). SettleDeferredStorages
+// counts the storages allocated while calls were recorded that are still
+// alive: run before the counters are read and after a recording has run.
+// ReleaseRecordingBuffers then uncounts the buffers of storages freed while
+// the recording held them as parameters.
+void SettleDeferredStorages();
+void ReleaseRecordingBuffers();
 void RegisterHooks();
 const at::Generator& DefaultGenerator(int device);  // < 0: the current device
 at::Generator NewGenerator(int device);
@@ -66,7 +73,9 @@ void ResizeStorage(const c10::Storage& storage, size_t newsize);
 // Fused eager (TORCH_TPU_DEFER_AND_FUSE=1 or torch_tpu.fused()): ops are
 // recorded into one module and run when a value is needed.
 void FlushPending();                      // runs what was recorded, if anything
-void ForgetStorage(runtime::DeviceStorage* s);  // a storage is being freed
+// A storage is being freed; true if its buffer stays alive until the
+// recording runs (a parameter of the chain being recorded).
+bool ForgetStorage(runtime::DeviceStorage* s);
 void SetFusion(bool enabled);
 bool FusionEnabled();
 // at::native::cpu_fallback, with tpu generators (given or default) replaced

@@ -368,8 +368,51 @@ std::vector<Value> RmsNormBackward(Context& c, const std::vector<Arg>& a) {
   return {b.Convert(b.Reshape(dx, shape), x.dtype()), b.Convert(dw, wt)};
 }
 
+// ---------------------------------------------------------------- output types
+// CPU's, which the tpu follows (meta gives CUDA's): the saved statistics
+// are in the input's dtype unless the input is 16-bit with f32 parameters
+// (then f32), and batch norm saves none (shape [0]) in eval mode.
+
+bool Reduced(ElementType t) { return t == ElementType::BF16 || t == ElementType::F16; }
+
+// ATen's param_scalar_type: f32 for a mixed 16-bit input with f32
+// parameters, else the input's dtype.
+ElementType SavedStatType(const std::vector<Arg>& a, const std::vector<size_t>& params) {
+  ElementType xt = a.at(0).tensor.dtype();
+  if (!Reduced(xt)) return xt;
+  bool any = false;
+  for (size_t i : params) {
+    if (!IsTensor(a.at(i))) continue;
+    if (a[i].tensor.dtype() != ElementType::F32) return xt;
+    any = true;
+  }
+  return any ? ElementType::F32 : xt;
+}
+
+// (out, save_mean, save_invstd[, reserve]) of a batch norm over a[0..4].
+std::vector<TensorType> BatchNormTypes(const std::vector<Arg>& a, bool training, bool reserve) {
+  const TensorType& x = a.at(0).tensor.type;
+  if (x.rank() < 2) throw Unsupported("batch norm on an input of rank < 2");
+  ElementType st = SavedStatType(a, {1, 2, 3, 4});
+  bool saves = training || !IsTensor(a.at(3)) || !IsTensor(a.at(4));
+  TensorType stat{st, {saves ? x.shape[1] : 0}};
+  std::vector<TensorType> r{x, stat, stat};
+  if (reserve) r.push_back(TensorType{ElementType::U8, {0}});
+  return r;
+}
+
+std::vector<TensorType> LayerNormTypes(const std::vector<Arg>& a) {
+  const TensorType& x = a.at(0).tensor.type;
+  int64_t axis = x.rank() - static_cast<int64_t>(a.at(1).ints.size());
+  if (axis < 0) throw Unsupported("native_layer_norm: normalized_shape longer than input");
+  std::vector<int64_t> stat_shape(x.shape.begin(), x.shape.begin() + axis);
+  stat_shape.resize(x.shape.size(), 1);
+  TensorType stat{SavedStatType(a, {2, 3}), stat_shape};
+  return {x, stat, stat};
+}
+
 const bool registered = [] {
-  Register("native_layer_norm", LayerNorm);
+  Register("native_layer_norm", LayerNorm).output_types = LayerNormTypes;
   Register("native_layer_norm_backward", LayerNormBackward);
   Register("native_group_norm", GroupNorm);
   Register("native_group_norm_backward", GroupNormBackward);
@@ -378,9 +421,11 @@ const bool registered = [] {
   //   training, momentum, eps). The CPU kernel updates the running stats in
   // place although the schema does not say so: the new values come back as
   // extra results (beyond the three outputs) for the dispatcher to write.
-  Register("native_batch_norm", [](Context& c, const std::vector<Arg>& a) {
+  RuleEntry& native_bn = Register("native_batch_norm", [](Context& c, const std::vector<Arg>& a) {
     return BatchNormForward(c, {&a[0], &a[1], &a[2], &a[3], &a[4], a.at(5).i != 0, a.at(6).d, a.at(7).d});
-  }).extra_mutated_args = {3, 4};
+  });
+  native_bn.extra_mutated_args = {3, 4};
+  native_bn.output_types = [](const std::vector<Arg>& a) { return BatchNormTypes(a, a.at(5).i != 0, false); };
   // _native_batch_norm_legit(input, weight?, bias?, running_mean(a!),
   //   running_var(b!), training, momentum, eps) -> (out, save_mean,
   //   save_invstd). Mutates its running stats AND returns fresh outputs: the
@@ -392,7 +437,7 @@ const bool registered = [] {
       throw Unsupported("_native_batch_norm_legit: outputs plus mutated running stats");
     bool training = a.at(5).i != 0;
     return BatchNormForward(c, {&a[0], &a[1], &a[2], &a[3], &a[4], training, a.at(6).d, a.at(7).d});
-  });
+  }).output_types = [](const std::vector<Arg>& a) { return BatchNormTypes(a, a.at(5).i != 0, false); };
   // _batch_norm_with_update(input, weight?, bias?, running_mean(a!),
   //   running_var(b!), momentum, eps) -> (out, save_mean, save_invstd,
   //   reserve), then the mutated running stats.
@@ -404,17 +449,23 @@ const bool registered = [] {
     const TensorType& reserve = c.outputs.at(3);
     r.insert(r.begin() + 3, c.b.Splat(reserve.dtype, 0, reserve.shape));
     return r;
-  });
+  }).output_types = [](const std::vector<Arg>& a) { return BatchNormTypes(a, true, true); };
   // _native_batch_norm_legit.no_stats(input, weight?, bias?, training, momentum, eps)
   Register("_native_batch_norm_legit.no_stats", [](Context& c, const std::vector<Arg>& a) {
     Arg none;
     return BatchNormForward(c, {&a[0], &a[1], &a[2], &none, &none, a.at(3).i != 0, a.at(4).d, a.at(5).d});
-  });
+  }).output_types = [](const std::vector<Arg>& a) {
+    if (a.at(3).i == 0)  // CPU crashes on it; meta says the same
+      throw std::invalid_argument("running_mean and running_var must not be None in eval mode");
+    std::vector<Arg> with_none(a.begin(), a.begin() + 3);
+    with_none.resize(5);
+    return BatchNormTypes(with_none, true, false);
+  };
   // _native_batch_norm_legit_no_training(input, weight?, bias?, running_mean,
   //   running_var, momentum, eps)
   Register("_native_batch_norm_legit_no_training", [](Context& c, const std::vector<Arg>& a) {
     return BatchNormForward(c, {&a[0], &a[1], &a[2], &a[3], &a[4], false, a.at(5).d, a.at(6).d});
-  });
+  }).output_types = [](const std::vector<Arg>& a) { return BatchNormTypes(a, false, false); };
   // _batch_norm_no_update(input, weight?, bias?, running_mean?, running_var?,
   //   momentum, eps) -> (out, save_mean, save_invstd, reserve)
   Register("_batch_norm_no_update", [](Context& c, const std::vector<Arg>& a) {
@@ -425,7 +476,7 @@ const bool registered = [] {
     const TensorType& reserve = c.outputs.at(3);
     r.push_back(c.b.Splat(reserve.dtype, 0, reserve.shape));
     return r;
-  });
+  }).output_types = [](const std::vector<Arg>& a) { return BatchNormTypes(a, false, true); };
   Register("native_batch_norm_backward", BatchNormBackward);
   // batch_norm_backward(grad_out, input, weight, running_mean?, running_var?,
   //   save_mean?, save_var?, update, eps, output_mask, reserve)

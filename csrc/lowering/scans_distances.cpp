@@ -1,8 +1,8 @@
 // _logcumsumexp (torch.logcumsumexp) and _cdist_forward (torch.cdist).
 //
-// - _logcumsumexp(x, dim): an inclusive scan along dim with CPU's log-add-exp
-//   (max + log1p(exp(min - max)); equal infinities return themselves),
-//   Hillis-Steele: log2(n) shifted combines, in the compute type.
+// - _logcumsumexp(x, dim): an inclusive Hillis-Steele scan along dim (log2(n)
+//   shifted combines, in the compute type) of (running max, scaled sum)
+//   pairs, the result rounded once (see LogCumSumExpRule).
 // - _cdist_forward(x1, x2, p, compute_mode) and _cdist_backward: ||x1[..., i, :] - x2[..., j, :]||_p
 //   by broadcasting the difference ([..., P, R, M]) and reducing it (p = 0:
 //   count of nonzeros, p = inf: max |d|). For p = 2 the CPU kernel may use the
@@ -17,16 +17,12 @@
 namespace torch_tpu::lowering {
 namespace {
 
-Value LogAddExp(Builder& b, Value x, Value y) {
-  Value hi = MaxMin(b, x, y, true), lo = MaxMin(b, x, y, false);
-  Value sum = b.Binary("add", hi, b.Unary("log_plus_one", b.Unary("exponential",
-                                                                   b.Binary("subtract", lo, hi))));
-  Value inf = b.Splat(x.dtype(), INFINITY, x.shape());
-  Value both_inf = b.Binary("and", b.Compare("EQ", lo, hi),
-                            b.Compare("EQ", b.Unary("abs", lo), inf));
-  return b.Select(both_inf, x, sum);
-}
-
+// Running (max m, sum s of exp(x - m)) pairs: combining an earlier (m1, s1)
+// with a later (m2, s2) gives (M, s1 e^(m1 - M) + s2 e^(m2 - M)), M =
+// max(m1, m2) (a term whose m equals M contributes s exactly, which also
+// covers equal infinities). The result m + log(s) rounds once at the end, so
+// a large value (x = 1e4, where one f32 ulp is 1e-3) comes out as close as
+// CPU's double accumulator gets it; gradients through it stay as accurate.
 std::vector<Value> LogCumSumExpRule(Context& c, const std::vector<Arg>& a) {
   Builder& b = c.b;
   const TensorType& out = Out(c);
@@ -37,15 +33,23 @@ std::vector<Value> LogCumSumExpRule(Context& c, const std::vector<Arg>& a) {
   int64_t dim = WrapDim(a.at(1).i, x.rank());
   int64_t n = x.shape()[dim];
   int64_t r = x.rank();
-  Value ninf = b.Constant(ct, -INFINITY);
-  for (int64_t k = 1; k < n; k *= 2) {
+  auto shifted = [&](Value v, int64_t k, double pad) {
     std::vector<int64_t> low(r, 0), high(r, 0), interior(r, 0), start(r, 0), ones(r, 1);
     low[dim] = k;
-    Value padded = b.Pad(x, ninf, low, high, interior);
-    Value shifted = b.Slice(padded, start, x.shape(), ones);
-    x = LogAddExp(b, x, shifted);
+    return b.Slice(b.Pad(v, b.Constant(ct, pad), low, high, interior), start, v.shape(), ones);
+  };
+  auto scaled = [&](Value s, Value m, Value big) {
+    Value factor = b.Unary("exponential", b.Binary("subtract", m, big));
+    return b.Select(b.Compare("EQ", m, big), s, b.Binary("multiply", s, factor));
+  };
+  Value m = x, s = b.Splat(ct, 1.0, x.shape());
+  for (int64_t k = 1; k < n; k *= 2) {
+    Value pm = shifted(m, k, -INFINITY), ps = shifted(s, k, 0.0);
+    Value big = MaxMin(b, pm, m, true);
+    s = b.Binary("add", scaled(ps, pm, big), scaled(s, m, big));
+    m = big;
   }
-  return {b.Convert(x, out.dtype)};
+  return {b.Convert(b.Binary("add", m, b.Unary("log", s)), out.dtype)};
 }
 
 std::vector<Value> CdistRule(Context& c, const std::vector<Arg>& a) {

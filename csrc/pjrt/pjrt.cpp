@@ -1,4 +1,5 @@
 #include "pjrt/pjrt.h"
+#include "pjrt/live_buffers.h"
 
 #include <atomic>
 
@@ -7,7 +8,9 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <sstream>
+#include <unordered_set>
 
 #include "pjrt_c_api.h"  // from the xla-cpu-pjrt wheel
 
@@ -164,7 +167,46 @@ bool Event::IsReady() const {
 
 // ---------------------------------------------------------------- Buffer
 
+namespace {
+
+struct BufferRegistry {
+  std::mutex mu;
+  std::unordered_set<const Buffer*> live;
+};
+
+BufferRegistry& Registry() {
+  static auto* r = new BufferRegistry();  // never destroyed: buffers may outlive statics
+  return *r;
+}
+
+// Every Buffer this file creates goes through Tracked (~Buffer forgets it).
+BufferPtr Tracked(BufferPtr b) {
+  auto& r = Registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.live.insert(b.get());
+  return b;
+}
+
+}  // namespace
+
+LiveBufferStats LiveBuffers(PJRT_Device* device) {
+  auto& r = Registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  LiveBufferStats stats;
+  for (const Buffer* b : r.live) {
+    if (b->IsDeleted() || b->device() != device) continue;
+    ++stats.count;
+    stats.bytes += static_cast<int64_t>(b->OnDeviceSizeInBytes());
+  }
+  return stats;
+}
+
 Buffer::~Buffer() {
+  {
+    auto& r = Registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.live.erase(this);
+  }
   if (PluginAbandoned()) return;
   Args<PJRT_Buffer_Destroy_Args> a;
   a.buffer = buffer_;
@@ -237,7 +279,7 @@ BufferPtr Buffer::CopyToDevice(PJRT_Device* device) const {
   a.dst_device = device;
   api_->Check(api_->raw()->PJRT_Buffer_CopyToDevice(&a),
               "PJRT_Buffer_CopyToDevice");
-  return std::make_shared<Buffer>(api_, a.dst_buffer);
+  return Tracked(std::make_shared<Buffer>(api_, a.dst_buffer));
 }
 
 // ---------------------------------------------------------------- Executable
@@ -276,7 +318,7 @@ std::vector<BufferPtr> Executable::Execute(
               "PJRT_LoadedExecutable_Execute");
   std::vector<BufferPtr> result;
   result.reserve(num_outputs_);
-  for (PJRT_Buffer* b : outputs) result.push_back(std::make_shared<Buffer>(api_, b));
+  for (PJRT_Buffer* b : outputs) result.push_back(Tracked(std::make_shared<Buffer>(api_, b)));
   return result;
 }
 
@@ -461,7 +503,7 @@ BufferPtr Client::FromHost(const void* data, BufferType type,
   a.device = devices_.at(device).device;
   api_->Check(api_->raw()->PJRT_Client_BufferFromHostBuffer(&a),
               "PJRT_Client_BufferFromHostBuffer");
-  auto buffer = std::make_shared<Buffer>(api_.get(), a.buffer);
+  auto buffer = Tracked(std::make_shared<Buffer>(api_.get(), a.buffer));
   if (a.done_with_host_buffer) {
     // The caller may free `data` when we return: wait for the copy.
     Event(api_.get(), a.done_with_host_buffer).Await();

@@ -67,3 +67,22 @@ def test_searchsorted_bucketize_match_cpu() -> None:
         with native():
             got = f(bd.to("tpu"), v.to("tpu"), s2.to("tpu"), v2.to("tpu")).cpu()
         assert got.dtype == ref.dtype and torch.equal(got, ref)
+
+
+def test_logcumsumexp_large_values_rounded_once_and_its_gradient() -> None:
+    """x = 1e4 (an f32 ulp of 1e-3 there): the result rounds once, as CPU's
+    double accumulator does, so the gradient through it (which divides by
+    exp(result)) stays as close to float64 as CPU's (op_db's sample)."""
+    torch.manual_seed(0)
+    x = torch.randn(5, 6) * 3
+    x[0, 2] = x[3, 4] = 1e4
+    g = torch.randn(5, 6)
+    grads = []
+    for dev, dt in (("cpu", torch.float64), ("cpu", torch.float32), ("tpu", torch.float32)):
+        xi = x.to(dev, dt).clone().requires_grad_()
+        with native():
+            torch.logcumsumexp(xi, 0).backward(g.to(dev, dt))
+        grads.append(xi.grad.cpu().double())
+    exact, cpu, tpu = grads
+    assert (tpu - exact).abs().max() <= (cpu - exact).abs().max() + 1e-5
+    torch.testing.assert_close(tpu, cpu, rtol=1e-5, atol=1e-5)
