@@ -110,8 +110,8 @@ Emitted EmitCall(const Call& call, hlo::Builder& b, const std::vector<Value>& pa
 
 at::Tensor FreshTensor(const Call& call, size_t i) {
   const OutputSpec& spec = call.specs[i];
-  // Our own empty_strided kernel without the dispatcher round trip (the
-  // caller holds the device guard of call.plan.device).
+  // What our empty_strided kernel does, without the dispatcher round trip
+  // (the allocator takes the current device: the call's).
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, call.plan.device));
   at::Tensor t = at::detail::empty_strided_generic(spec.sizes, spec.strides, DeviceAllocator(),
                                                    c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
