@@ -7,6 +7,8 @@
 // (eager.cpp), fused eager records it into a chain (fused.cpp).
 #pragma once
 
+#include <c10/util/SmallVector.h>
+
 #include <optional>
 #include <vector>
 
@@ -167,6 +169,26 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
                                                    const std::vector<c10::IValue>& args);
 // Output specs remembered for an exact-shape key that ran dynamic (null if none).
 const std::vector<OutputSpec>* DynamicSpecs(const std::string& key);
+
+// ---- the hit path (call_fast.cpp): a cached functional call launched
+// straight from its arguments, by a fingerprint of its signature.
+using Fingerprint = c10::SmallVector<int64_t, 48>;
+class FastCall {
+ public:
+  // The call's results, or nullopt when the hit path does not know this
+  // signature (yet) or cannot take the call: then run the full path.
+  std::optional<std::vector<c10::IValue>> TryLaunch(const OpDesc& desc, const c10::FunctionSchema& schema,
+                                                    const std::vector<c10::IValue>& args);
+  // After a full-path cache hit of the same call: remembers its signature.
+  void Remember(const Call& call, const pjrt::ExecutablePtr& exe, const std::vector<OutputSpec>& outputs,
+                const std::vector<std::string>& checks);
+
+ private:
+  bool eligible_ = false;
+  Fingerprint fingerprint_;
+  uint64_t hash_ = 0;
+  int device_ = -1;
+};
 
 // A fresh tpu tensor for result i of the call (its storage not yet written).
 at::Tensor FreshTensor(const Call& call, size_t i);

@@ -2,6 +2,8 @@
 // out of their storages' values (views: sliced at their runtime offsets);
 // results are converted to PyTorch's dtypes and written back through the
 // destinations' views (a fresh output becomes a flat storage value).
+#include <ATen/EmptyTensor.h>
+
 #include "aten/call.h"
 #include "aten/call_args.h"
 
@@ -126,9 +128,12 @@ Emitted EmitCall(const Call& call, hlo::Builder& b, const std::vector<Value>& pa
 
 at::Tensor FreshTensor(const Call& call, size_t i) {
   const OutputSpec& spec = call.specs[i];
-  at::Tensor t = at::empty_strided(
-      spec.sizes, spec.strides,
-      at::TensorOptions().dtype(spec.dtype).device(c10::DeviceType::PrivateUse1, call.plan.device));
+  // What our empty_strided kernel does, without the dispatcher round trip
+  // (the allocator takes the current device: the call's).
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, call.plan.device));
+  at::Tensor t = at::detail::empty_strided_generic(spec.sizes, spec.strides, DeviceAllocator(),
+                                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                   spec.dtype);
   StorageOf(t)->dtype = call.plan.dests[i].dtype;
   return t;
 }

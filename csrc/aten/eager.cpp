@@ -76,9 +76,10 @@ const Compiled& CompiledFor(const Call& call, Compiled* hit) {
 
 // Launches the call's executable: storages written take its first results,
 // fresh tensors the next ones.
-std::vector<c10::IValue> LaunchCall(const Call& call, Compiled* hit) {
+std::vector<c10::IValue> LaunchCall(const Call& call, Compiled* hit, FastCall& fast) {
   const Plan& plan = call.plan;
   const Compiled& compiled = CompiledFor(call, hit);
+  if (hit) fast.Remember(call, compiled.exe, compiled.outputs, compiled.checks);
   runtime::Launch launch;
   launch.exe = compiled.exe.get();
   launch.device = plan.device;
@@ -114,6 +115,8 @@ std::vector<c10::IValue> LaunchCall(const Call& call, Compiled* hit) {
 // the op's results: fresh outputs, then mutated tensors.
 std::vector<c10::IValue> RunCall(const OpDesc& desc, const c10::OperatorHandle& op,
                                  const std::vector<c10::IValue>& args) {
+  FastCall fast;  // call_fast.cpp: a signature seen before launches at once
+  if (auto results = fast.TryLaunch(desc, op.schema(), args)) return std::move(*results);
   Call call;
   call.desc = &desc;
   call.plan = PlanCall(desc, op.schema(), args);
@@ -131,7 +134,7 @@ std::vector<c10::IValue> RunCall(const OpDesc& desc, const c10::OperatorHandle& 
     if (!cached) cache[call.plan.key] = Compiled{nullptr, call.cached(), {}};
     return RecordCall(call);
   }
-  return LaunchCall(call, hit);
+  return LaunchCall(call, hit, fast);
 }
 
 namespace {

@@ -75,23 +75,43 @@ bool Donatable(const std::vector<PJRT_Buffer*>& raw, const Launch& l, size_t i) 
 // LaunchFloorSeconds(): while set, Run() keeps a copy of its launch here.
 std::optional<Launch>* captured = nullptr;
 
+// Per-launch scratch, reused so that a cached op allocates nothing here.
+// Run() does not re-enter itself on a thread (nothing it calls launches),
+// and the buffers kept alive are released before it returns.
+struct Scratch {
+  std::vector<pjrt::BufferPtr> keep;
+  std::vector<PJRT_Buffer*> raw;
+  std::vector<int64_t> non_donatable;
+  bool busy = false;
+};
+
 }  // namespace
 
 std::vector<pjrt::BufferPtr> Run(Runtime& rt, const Launch& l) {
   if (captured && !captured->has_value()) *captured = l;
+  thread_local Scratch scratch;
+  Scratch local;  // only if Run() ever re-enters on this thread
+  Scratch& s = scratch.busy ? local : scratch;
+  s.busy = true;
+  struct Release {
+    Scratch& s;
+    ~Release() {
+      s.keep.clear();  // drop the references to the parameter buffers
+      s.busy = false;
+    }
+  } release{s};
   const size_t n = l.params.size();
-  std::vector<pjrt::BufferPtr> keep(n);
-  std::vector<PJRT_Buffer*> raw(n);
+  s.keep.resize(n);
+  s.raw.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    keep[i] = Upload(rt, l.params[i], l.device);
-    raw[i] = keep[i]->raw();
+    s.keep[i] = Upload(rt, l.params[i], l.device);
+    s.raw[i] = s.keep[i]->raw();
   }
-  std::vector<int64_t> non_donatable;
-  non_donatable.reserve(n);
+  s.non_donatable.clear();
   for (size_t i = 0; i < n; ++i)
-    if (!Donatable(raw, l, i)) non_donatable.push_back(static_cast<int64_t>(i));
+    if (!Donatable(s.raw, l, i)) s.non_donatable.push_back(static_cast<int64_t>(i));
   static const std::string unnamed = "op";
-  std::vector<pjrt::BufferPtr> outs = rt.Execute(*l.exe, raw, non_donatable, l.op ? *l.op : unnamed);
+  std::vector<pjrt::BufferPtr> outs = rt.Execute(*l.exe, s.raw, s.non_donatable, l.op ? *l.op : unnamed);
   const size_t taken = l.results.size(), checks = l.num_checks();
   if (outs.size() < taken + checks)
     throw pjrt::Error("executable returned " + std::to_string(outs.size()) + " results, expected " +
