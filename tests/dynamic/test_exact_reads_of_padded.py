@@ -43,7 +43,7 @@ def test_last_position_read_compiles_once_across_lengths():
     for n in (12, 13, 14):
         y, e = padded_hidden(n, w)
         got = y[:, -1, :] @ head
-        torch.testing.assert_close(got.cpu(), e[:, -1, :] @ head.cpu(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got.cpu(), e[:, -1, :] @ head.cpu(), rtol=1e-4, atol=1e-4)
     assert debug.stats()["compiles"] == before, debug.stats()["compiles_by_op"]
 
 

@@ -72,8 +72,12 @@ def test_new_values_of_a_storage_are_read():
 def test_fused_mode_records_instead_of_launching():
     x, y = torch.randn(8, 8), torch.randn(8, 8)
     a, b = x.to("tpu"), y.to("tpu")
-    for _ in range(3):
-        a + b  # the signature is on the hit path now
+    # Exact shapes: under "auto" the 4x4 adds above make this signature
+    # dynamic, its first call pads a and b, and the fused chain below then
+    # compacts them (two executions that are not the hit path's).
+    with torch_tpu.dynamic.dynamic_shapes("0"):
+        for _ in range(3):
+            a + b  # the signature is on the hit path now
     torch.tpu.synchronize()
     with torch_tpu.fused():
         before = torch_tpu.debug.stats()["executions"]
