@@ -88,12 +88,16 @@ def _call(op: Any, sample: Any, seed: int = 0) -> Any:
     return as_tree(op(sample.input, *sample.args, **sample.kwargs))
 
 
-def _compared(op: Any, sample: Any) -> Any:
+def _compared(op: Any, sample: Any, layouts: list | None = None) -> Any:
     """What op_db's test_compare_cpu compares: the result through the sample's
     output_process_fn_grad (linalg samples use it for results defined up to
-    sign or phase, e.g. |eigenvectors| of eigh); seeded like _call."""
+    sign or phase, e.g. |eigenvectors| of eigh); seeded like _call. `layouts`
+    collects the raw result's layouts (to_sparse's processing densifies it)."""
     torch.manual_seed(0)
-    return as_tree(sample.output_process_fn_grad(op(sample.input, *sample.args, **sample.kwargs)))
+    raw = op(sample.input, *sample.args, **sample.kwargs)
+    if layouts is not None:
+        layouts.extend(t.layout for t in _tensors(as_tree(raw)))
+    return as_tree(sample.output_process_fn_grad(raw))
 
 
 def _tensors(tree: Any) -> list[torch.Tensor]:
@@ -242,11 +246,12 @@ def _forward_sample(op: Any, sample: Any, dname: str, used: set[str]) -> tuple[s
         return "skip", "random by keyword (dropout_p)"
     pristine = sample.transform(_clone)
     tpu_sample = _on_tpu(sample)  # before the CPU run: some ops write their input
+    layouts: list = []
     try:
-        expected = _compared(op, sample)
+        expected = _compared(op, sample, layouts)
     except Exception:
         return "skip", "CPU rejects the sample"
-    if any(t.layout != torch.strided for t in _tensors(expected)):
+    if any(layout != torch.strided for layout in layouts):
         return "sparse", "sparse result layout"
     before = fallbacks()
     try:
