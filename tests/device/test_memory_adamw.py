@@ -17,16 +17,6 @@ import torch_tpu
 SLACK = 4096  # bytes of cached scalar buffers the runtime keeps (not storages)
 
 
-@pytest.fixture(autouse=True)
-def exact_shapes():
-    # These ratios are about the optimizer's buffers. Under "auto", after
-    # other tests made these signatures dynamic, padded buffers raised the
-    # peak to 1.9-2.9x (an open question of the dynamic-shapes issue).
-    torch_tpu.dynamic.forget_sizes()
-    with torch_tpu.dynamic.dynamic_shapes("0"):
-        yield
-
-
 def _setup(**adamw):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.GELU(),
