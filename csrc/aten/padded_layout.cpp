@@ -54,6 +54,38 @@ void DropUnitDims(StorageLayout* l) {
   *l = std::move(kept);
 }
 
+// Merges layout dims so that each view dim of `g` whose size spans several
+// of them reads one: an attention output [b, s, h, d] read as [b*s, h*d].
+// Dims merge into the one outside them only when unpadded (a padded dim's
+// rows are not contiguous with the next); false when a view dim spans a
+// partial run of dims.
+bool MergeForView(const lowering::ViewGeometry& g, StorageLayout* l) {
+  for (bool merged = true; merged;) {
+    merged = false;
+    std::vector<int64_t> strides = RealStrides(l->real);
+    for (size_t d = 0; d < g.sizes.size() && !merged; ++d) {
+      if (g.sizes[d] == 1) continue;
+      size_t j = 0;
+      while (j < strides.size() && (strides[j] != g.strides[d] || l->real[j] == 1)) ++j;
+      if (j == strides.size() || g.sizes[d] <= l->real[j]) continue;
+      size_t k = j;
+      int64_t real = l->real[j], padded = l->padded[j];
+      while (real < g.sizes[d] && k > 0 && l->real[k] == l->padded[k]) {
+        --k;
+        padded = l->padded[k] * real;
+        real *= l->real[k];
+      }
+      if (real != g.sizes[d]) return false;
+      l->real.erase(l->real.begin() + static_cast<long>(k), l->real.begin() + static_cast<long>(j) + 1);
+      l->padded.erase(l->padded.begin() + static_cast<long>(k), l->padded.begin() + static_cast<long>(j) + 1);
+      l->real.insert(l->real.begin() + static_cast<long>(k), real);
+      l->padded.insert(l->padded.begin() + static_cast<long>(k), padded);
+      merged = true;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 std::optional<ViewRead> MapView(const lowering::ViewGeometry& g, int64_t offset, const StorageLayout& base) {
@@ -68,6 +100,7 @@ std::optional<ViewRead> MapView(const lowering::ViewGeometry& g, int64_t offset,
   std::optional<StorageLayout> layout = Split(base, cuts);
   if (!layout) return std::nullopt;
   DropUnitDims(&*layout);  // the same layout whatever size-1 dims its writer had
+  if (!MergeForView(g, &*layout)) return std::nullopt;
   ViewRead read{*layout, std::vector<int64_t>(layout->real.size(), 0),
                 std::vector<int>(layout->real.size(), -1)};
   std::vector<int64_t> strides = RealStrides(layout->real);

@@ -6,7 +6,9 @@
 // of the storage's dims (transposes, heads split out of a hidden dim, slices
 // such as RoPE's halves, a selected row): MapView finds those dims, splitting
 // unpadded storage dims where the view's strides need it (a padded dim's
-// elements are not contiguous in the buffer: it never splits).
+// elements are not contiguous in the buffer: it never splits) and merging a
+// dim with the unpadded ones inside it where one view dim spans them (an
+// attention output [b, s, h, d] read as [b*s, h*d]).
 #pragma once
 
 #include <optional>
