@@ -100,6 +100,8 @@ struct Plan {
   std::string key;
   // Per input: where its geometry (sizes, strides) sits in `key`.
   std::vector<std::pair<size_t, size_t>> geometry_spans;
+  // Where the destinations' part (their dtypes and geometries) sits in `key`.
+  std::pair<size_t, size_t> dest_span{0, 0};
   int device = -1;
   bool any_f64 = false;
 };
@@ -167,6 +169,10 @@ Emitted EmitCall(const Call& call, hlo::Builder& b, const std::vector<hlo::Value
 // when the call runs with exact shapes.
 std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::OperatorHandle& op,
                                                    const std::vector<c10::IValue>& args);
+// mm / addmm whose rows are a padded storage's folded outer dims (a linear
+// on a [b, s, h] activation padded in b and s): runs on the buffer's rows,
+// the result padded like them (padded_rows.cpp); nullopt: not such a call.
+std::optional<std::vector<c10::IValue>> RunOnPaddedRows(const Call& call);
 // Output specs remembered for an exact-shape key that ran dynamic (null if none).
 const std::vector<OutputSpec>* DynamicSpecs(const std::string& key);
 

@@ -149,6 +149,7 @@ void PlanDestinations(Plan& plan, const OpDesc& desc, const std::vector<c10::IVa
     }
   }
   if (plan.device < 0) plan.device = CurrentDevice();
+  plan.dest_span.first = plan.key.size();
   for (const auto& t : plan.dest_tensors)
     plan.key += "O" + std::to_string(static_cast<int>(t.scalar_type())) + hlo::Ints(t.sizes().vec()) +
                 "/" + hlo::Ints(t.strides().vec());
@@ -172,6 +173,7 @@ void PlanDestinations(Plan& plan, const OpDesc& desc, const std::vector<c10::IVa
     AppendCapacityKey(*s, &plan.key);  // the module writes its real elements back
     plan.dests.push_back(d);
   }
+  plan.dest_span.second = plan.key.size();
 }
 
 // The parts of the key that are not arguments: matmul precision, the float

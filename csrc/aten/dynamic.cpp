@@ -31,10 +31,13 @@
 // What runs dynamic: the functional ops of DynamicOps() (elementwise,
 // reductions, softmax, matmul, clone, cat, embedding, masked_fill, cumsum,
 // attention in its sequence dims)
-// whose outputs are dense. Calls of a signature
+// whose outputs are dense, and in-place writes of whole storages (fills,
+// copies, elementwise updates: the result becomes the storage's padded
+// buffer; a fill's or copy's destination is never laid out first). Calls of a signature
 // from different places keep separate size variants (a head count never turns
 // dynamic because a sequence length did); parameters never turn dynamic.
-// Everything else (in-place and out= variants, random draws, integer pow),
+// Everything else (out= variants, in-place writes to part of a storage,
+// random draws, integer pow),
 // fused eager and compiled graphs keep exact shapes. A dynamic module XLA
 // rejects turns its signature back to exact shapes (correct first).
 // debug.report() says why an op ran exact (exact_reasons).
@@ -142,8 +145,16 @@ const std::unordered_set<std::string>& DynamicOps() {
       "mm", "bmm", "addmm", "matmul", "linear",
       // copies, joins, lookups, masks, scans
       "clone", "cat", "embedding", "masked_fill.Scalar", "cumsum", "all", "any", "all.dim", "any.dim",
+      // logic and arg-reductions (generate()'s stopping bookkeeping per sequence)
+      "argmax", "argmin", "max", "min", "bitwise_and.Tensor", "bitwise_or.Tensor", "bitwise_xor.Tensor",
+      "bitwise_not", "logical_not", "logical_and", "logical_or",
       // attention, in its sequence dims only (SequenceDimsOnly)
       "_scaled_dot_product_efficient_attention",
+      // in-place writes of whole storages (WholeDestinations): fills, copies
+      // (tensor.to(dtype), an attention mask's ones), elementwise updates
+      "fill_.Scalar", "fill_.Tensor", "zero_", "copy_convert", "add_.Tensor", "sub_.Tensor",
+      "mul_.Tensor", "div_.Tensor", "add_.Scalar", "sub_.Scalar", "mul_.Scalar", "div_.Scalar",
+      "masked_fill_.Scalar", "clamp_",
   };
   return ops;
 }
@@ -245,6 +256,17 @@ std::string Signature(const Plan& plan, const std::vector<bool>& fixed) {
     if (!g.whole) AppendStrideOrder(g, &sig);
     at = end;
   }
+  // In-place destinations: their dtype, rank and unit dims, as the inputs'.
+  if (plan.dest_span.second > plan.dest_span.first && at <= plan.dest_span.first) {
+    sig.append(plan.key, at, plan.dest_span.first - at);
+    for (const Dest& d : plan.dests) {
+      sig += 'W';
+      sig += hlo::Name(d.dtype);
+      sig += d.geometry.whole ? "r" : "v";
+      for (int64_t n : d.geometry.sizes) sig += n == 1 ? '1' : (n == 0 ? '0' : 'x');
+    }
+    at = plan.dest_span.second;
+  }
   sig.append(plan.key, at, std::string::npos);
   return sig;
 }
@@ -289,9 +311,24 @@ bool Refuse(const char* reason) {
   return false;
 }
 
+// An in-place call runs dynamic when each destination is a whole storage of
+// its own: the result becomes the storage's new (padded) buffer.
+bool WholeDestinations(const Call& call) {
+  const auto& dests = call.plan.dests;
+  if (dests.size() != call.specs.size()) return false;
+  for (size_t i = 0; i < dests.size(); ++i) {
+    if (!dests[i].tensor.defined() || !dests[i].geometry.whole) return false;
+    for (size_t j = 0; j < i; ++j)
+      if (dests[j].storage == dests[i].storage) return false;
+  }
+  return true;
+}
+
 bool Eligible(const Call& call) {
   const Plan& plan = call.plan;
-  if (call.desc->variant != Variant::Functional) return Refuse("in-place or out= variant");
+  if (call.desc->variant == Variant::Out) return Refuse("out= variant");
+  if (call.desc->variant == Variant::InPlace && !WholeDestinations(call))
+    return Refuse("in-place write to part of a storage");
   if (plan.inputs.empty()) return Refuse("no tensor inputs");
   if (!DynamicOps().count(call.desc->name)) return Refuse("not a dynamic-shape op");
   if (plan.geometry_spans.size() != plan.inputs.size()) return Refuse("inputs without a geometry");
@@ -393,9 +430,10 @@ std::vector<bool> ParameterInputs(const Plan& plan, const std::vector<c10::IValu
   return fixed;
 }
 
-// Attention runs dynamic in its sequence dims only: a padded head count would
-// change grouped-query attention's grouping, a padded head dim the default
-// scale 1/sqrt(E). q, k, v: [..., s, E] (dim -2); the mask: its last two dims.
+// Attention runs dynamic in its batch and sequence dims only: a padded head
+// count would change grouped-query attention's grouping, a padded head dim
+// the default scale 1/sqrt(E). q, k, v: [b, h, s, E] (dims 0 and -2); the
+// mask: its first and last two dims (padded batch rows are independent).
 // Training keeps exact shapes: the saved logsumexp's rows are rounded up to a
 // multiple of 32, a size that does not follow the sequence length.
 bool SequenceDimsOnly(const Call& call, const std::vector<c10::IValue>& args, CallHints* hints) {
@@ -408,7 +446,7 @@ bool SequenceDimsOnly(const Call& call, const std::vector<c10::IValue>& args, Ca
     auto& dims = (*hints)[ap.tensors[0]];
     const size_t rank = dims.size();
     for (size_t d = 0; d < rank; ++d) {
-      bool sequence = d + 2 == rank || (a == 3 && d + 1 == rank);
+      bool sequence = d + 2 == rank || (a == 3 && d + 1 == rank) || (d == 0 && rank == 4);
       if (!sequence) dims[d] = DimHint{false, -1, -1};
     }
   }
@@ -461,6 +499,9 @@ struct DynamicLayout {
   std::vector<int64_t> capacity;  // per storage, -1: passed as it is
   std::vector<StorageLayout> storage_layout;  // per padded storage: its layout in the executable
   std::vector<std::optional<ViewRead>> reads;  // per input of a padded storage: its read
+  // Per storage: an in-place destination whose old elements the op never
+  // reads (RuleEntry::overwrites_destination): not a module parameter.
+  std::vector<bool> overwritten;
   bool hinted = false;   // some input dim is dynamic by a mark_dynamic hint
   bool bounded = false;  // ... with a max
 };
@@ -537,6 +578,25 @@ std::optional<StorageLayout> NeededLayout(const Plan& plan, size_t i, const std:
   return l;
 }
 
+// The destinations of a fill or copy whose storage only their own argument
+// reads (x.copy_(x) reads its old elements).
+void OverwrittenStorages(const Call& call, DynamicLayout* lay) {
+  const Plan& plan = call.plan;
+  lay->overwritten.assign(plan.storages.size(), false);
+  if (call.desc->variant != Variant::InPlace || !call.desc->rule->overwrites_destination) return;
+  std::vector<bool> mutated(plan.inputs.size(), false);
+  for (size_t a : call.desc->mutable_args)
+    if (a < plan.args.size())
+      for (int t : plan.args[a].tensors)
+        if (t >= 0) mutated[t] = true;
+  for (const Dest& d : plan.dests) {
+    bool only_self = true;
+    for (size_t i = 0; i < plan.inputs.size(); ++i)
+      only_self &= plan.inputs[i].storage != d.storage || (mutated[i] && plan.inputs[i].geometry.whole);
+    lay->overwritten[d.storage] = only_self;
+  }
+}
+
 // Which storages the executable takes padded (read through a dynamic dim),
 // in which layout, and how each input of such a storage reads it; false
 // (exact shapes) when a view cannot be read from a padded layout.
@@ -546,7 +606,7 @@ bool PaddedStorages(const Plan& plan, DynamicLayout* lay) {
   lay->storage_layout.assign(plan.storages.size(), {});
   lay->reads.assign(n, std::nullopt);
   for (size_t i = 0; i < n; ++i) {
-    if (!AnyDynamic(lay->in_dynamic[i])) continue;
+    if (!AnyDynamic(lay->in_dynamic[i]) || lay->overwritten[plan.inputs[i].storage]) continue;
     const size_t s = plan.inputs[i].storage;
     std::optional<StorageLayout> l = NeededLayout(plan, i, lay->in_dynamic[i], lay->in_bucket[i]);
     if (!l) return Refuse("a dynamic input is a view no padded layout reads");
@@ -588,7 +648,11 @@ std::string DynamicKey(const std::string& sig, const Plan& plan, const DynamicLa
   std::string key = "dyn|" + sig + "|";
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     const auto& bucket = lay.in_bucket[i];
-    if (lay.reads[i]) {
+    if (lay.overwritten[plan.inputs[i].storage]) {  // its type only
+      for (size_t d = 0; d < bucket.size(); ++d)
+        key += (lay.in_dynamic[i][d] ? "<" : "") + std::to_string(bucket[d]) + ",";
+      key += "/o";
+    } else if (lay.reads[i]) {
       for (size_t d = 0; d < bucket.size(); ++d)
         key += (lay.in_dynamic[i][d] ? "<" : "") + std::to_string(bucket[d]) + ",";
       key += "/";
@@ -640,14 +704,12 @@ std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle&
   return out;
 }
 
-// An input read out of its padded storage buffer (runtime.h: the real
-// elements at the front of each padded dim): its view of the buffer's dims
-// at the bucket's sizes (padded_layout.h), then the runtime size of each
-// dynamic dim.
-Value ReadDynamic(hlo::Builder& b, Value storage, const ViewRead& read, const std::vector<int64_t>& bucket,
-                  const std::vector<bool>& dyn, const std::vector<Value>& size_params, size_t* next) {
-  Value v = ReadPaddedView(b, storage, read, bucket);
-  for (size_t d = 0; d < bucket.size(); ++d)
+// An input at its bucket's sizes (read out of its padded storage buffer,
+// padded_layout.h: the real elements at the front of each padded dim) with
+// the runtime size of each dynamic dim.
+Value SizedLike(hlo::Builder& b, Value v, const std::vector<bool>& dyn, const std::vector<Value>& size_params,
+                size_t* next) {
+  for (size_t d = 0; d < dyn.size(); ++d)
     if (dyn[d]) v = b.SetDimensionSize(v, size_params[(*next)++], static_cast<int64_t>(d));
   return v;
 }
@@ -700,7 +762,8 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
   hlo::Builder b("dyn_op");
   std::vector<Value> params;
   for (const auto& q : plan.params) {
-    if (q.buffer_read) {  // dynamic modules read storages their own way
+    // Dynamic modules read storages their own way; an overwritten one not at all.
+    if (q.buffer_read || (q.kind == Param::Kind::Storage && lay.overwritten[q.storage])) {
       params.emplace_back();
       continue;
     }
@@ -715,13 +778,20 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
       if (d) sizes.push_back(b.Parameter({ElementType::I32, {}}));
   size_t next = 0;
   std::vector<Value> reads(plan.inputs.size());
-  for (size_t i = 0; i < plan.inputs.size(); ++i)
-    if (lay.reads[i])
-      reads[i] = ReadDynamic(b, params[plan.inputs[i].storage_param], *lay.reads[i], lay.in_bucket[i],
-                             lay.in_dynamic[i], sizes, &next);
+  for (size_t i = 0; i < plan.inputs.size(); ++i) {
+    const TensorIn& in = plan.inputs[i];
+    if (lay.overwritten[in.storage])  // the rule reads its type only
+      reads[i] = SizedLike(b, b.Splat(in.dtype, 0, lay.in_bucket[i]), lay.in_dynamic[i], sizes, &next);
+    else if (lay.reads[i])
+      reads[i] = SizedLike(b, ReadPaddedView(b, params[in.storage_param], *lay.reads[i], lay.in_bucket[i]),
+                           lay.in_dynamic[i], sizes, &next);
+  }
   Call bucket_call = call;
   bucket_call.specs = bucket_specs;
   for (auto& in : bucket_call.plan.inputs) in.buffer_geometry.reset();  // storages may be re-laid out
+  // In-place destinations take the result as their new buffer: fresh values.
+  for (auto& d : bucket_call.plan.dests) d.tensor = at::Tensor();
+  bucket_call.written.clear();
   Emitted e = EmitCall(bucket_call, b, params, &reads);
   if (!e.written_values.empty()) throw lowering::Unsupported("dynamic: op with writes");
   // Assertions are reductions over the inputs (index bounds): the padder
@@ -774,7 +844,7 @@ DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const 
   int64_t compiles = GetRuntime().stats().compiles;
   dc.exe = GetRuntime().GetOrCompile(key, call.plan.device, [&] { return text; });
   if (GetRuntime().stats().compiles != compiles) CountCompile(call.desc->name, true);
-  ++Counters().executables;
+  CountDynamicExecutable();
   return &(State().executables[key] = std::move(dc));
 }
 
@@ -823,7 +893,8 @@ std::vector<c10::IValue> LaunchDynamic(const Call& call, const DynamicCompiled& 
   launch.op = &call.desc->name;
   launch.checks = &dc.checks;
   for (const Param& q : plan.params) {
-    if (q.buffer_read) continue;  // not a parameter of dynamic modules
+    // Not parameters of dynamic modules.
+    if (q.buffer_read || (q.kind == Param::Kind::Storage && lay.overwritten[q.storage])) continue;
     if (q.kind == Param::Kind::Storage && lay.capacity[q.storage] >= 0)
       launch.params.push_back(PaddedParam(plan.storages[q.storage], lay.storage_layout[q.storage], plan.device));
     else
@@ -836,7 +907,8 @@ std::vector<c10::IValue> LaunchDynamic(const Call& call, const DynamicCompiled& 
   std::vector<pjrt::BufferPtr> outs = runtime::Run(rt, launch);
   std::vector<c10::IValue> results;
   for (size_t k = 0; k < call.specs.size(); ++k) {
-    at::Tensor t = FreshTensor(call, k);
+    const at::Tensor& dest = plan.dests[k].tensor;  // in-place: its storage takes the result
+    at::Tensor t = dest.defined() ? dest : FreshTensor(call, k);
     runtime::DeviceStorage* s = StorageOf(t);
     if (AnyDynamic(dc.out_dynamic[k])) {
       std::vector<int64_t> real, padded;  // storage order
@@ -888,6 +960,11 @@ void CountCompile(const std::string& op, bool dynamic) {
   if (dynamic) ++c.dynamic_compiles_by_op[op];
   else ++c.exact_reasons[op][g_dynamic_active ? t_exact_reason : "dynamic shapes off (TORCH_TPU_DYNAMIC_SHAPES=0)"];
 }
+void CountDynamicExecutable() { ++Counters().executables; }
+void CountDynamicHit() {
+  ++Counters().hits;
+  ++GetRuntime().stats().cache_hits;
+}
 void ForgetDynamicSizes() { State().signatures.clear(); }
 
 const std::vector<OutputSpec>* DynamicSpecs(const std::string& key) {
@@ -900,7 +977,9 @@ const std::vector<OutputSpec>* DynamicSpecs(const std::string& key) {
 std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::OperatorHandle& op,
                                                    const std::vector<c10::IValue>& args) {
   DynamicMode mode = ModeRef();
-  if (!g_dynamic_active || !Eligible(call)) return std::nullopt;
+  if (!g_dynamic_active) return std::nullopt;
+  if (auto results = RunOnPaddedRows(call)) return results;  // padded_rows.cpp
+  if (!Eligible(call)) return std::nullopt;
   bool hinted = false;
   CallHints hints = HintsOfCall(call.plan, args, &hinted);
   std::vector<bool> fixed = ParameterInputs(call.plan, args);
@@ -928,6 +1007,7 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
       }
   lay.in_bucket = BucketSizes(call.plan, lay.in_dynamic, hints);
   if (lay.hinted) UnifyHintedSizes(call.plan, hints, &lay);
+  OverwrittenStorages(call, &lay);
   if (!PaddedStorages(call.plan, &lay)) return std::nullopt;
   std::string key = DynamicKey(sig, call.plan, lay);
   t_exact_reason = "XLA could not pad this signature's module";
@@ -936,8 +1016,7 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
   auto found = state.executables.find(key);
   if (found != state.executables.end()) {
     dc = &found->second;
-    ++Counters().hits;
-    ++GetRuntime().stats().cache_hits;
+    CountDynamicHit();
   } else {
     try {
       dc = CompileDynamic(key, call, op, args, lay);

@@ -28,6 +28,9 @@ struct DynamicCounters {
 
 // Counts one strict-eager compile of `op` (`dynamic`: a bounded-dynamic one).
 void CountCompile(const std::string& op, bool dynamic = false);
+// Counts a bounded-dynamic executable compiled (or loaded), and a call that reused one.
+void CountDynamicExecutable();
+void CountDynamicHit();
 
 // Whether a call can run dynamic at all: the mode is not 0, or some tensor
 // carries a mark_dynamic / mark_static hint. PlanCall records each input's

@@ -1,7 +1,11 @@
 // The device storage behind a tpu tensor: its view geometry, its buffer
 // (created as zeros, reinterpreted for another dtype, resized), all through
 // the one launcher.
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_set>
 
 #include "aten/storage_module.h"
 #include "aten/tpu.h"
@@ -26,11 +30,40 @@ void RunStorageModule(const std::string& op, const std::string& key, int device,
   runtime::Run(rt, launch);
 }
 
+namespace {
+
+// Whether a fresh storage of `key`'s type and size was zero-filled before.
+bool SeenBefore(const std::string& key) {
+  static std::mutex mu;
+  static auto* seen = new std::unordered_set<std::string>();
+  std::lock_guard<std::mutex> lock(mu);
+  if (seen->count(key)) return true;
+  if (seen->size() >= 4096) seen->clear();  // sizes that never repeat
+  seen->insert(key);
+  return false;
+}
+
+}  // namespace
+
+// A fresh storage's zeros, without an executable per size, so that a new
+// shape of a fresh tensor (torch.ones(n), x.to(dtype)) compiles nothing:
+// up to 64 KiB always uploaded from host zeros (a copy that costs about what
+// a launch does); up to 64 MiB uploaded the first time a size is seen, its
+// one-op module run from the second (cached: no host copy per call); past
+// that the module always runs.
 void ZeroFill(DeviceStorage* s) {
   hlo::ElementType t = s->dtype;
   int64_t numel = s->numel();
+  std::string key = std::string("zeros|") + hlo::Name(t) + "|" + std::to_string(numel);
+  constexpr size_t kAlwaysUpload = size_t{64} << 10, kMaxUpload = size_t{64} << 20;
+  if (s->nbytes <= kAlwaysUpload || (s->nbytes <= kMaxUpload && !SeenBefore(key))) {
+    std::unique_ptr<void, decltype(&std::free)> zeros(std::calloc(std::max<size_t>(s->nbytes, 1), 1), &std::free);
+    TORCH_CHECK(zeros, "tpu: cannot allocate ", s->nbytes, " bytes of host zeros");
+    s->Set(GetRuntime().Upload(zeros.get(), t, {numel}, s->device));
+    return;
+  }
   static const std::string op = "zeros";
-  RunStorageModule(op, std::string("zeros|") + hlo::Name(t) + "|" + std::to_string(numel), s->device, [&] {
+  RunStorageModule(op, key, s->device, [&] {
     hlo::Builder b("zeros");
     b.Return({b.Splat(t, 0, {numel})});
     return b.ToText();

@@ -112,6 +112,9 @@ struct RuleEntry {
   // Writes that are safe to repeat (fills write one value everywhere): an
   // in-place destination may have self-overlapping elements (expand()).
   bool repeat_safe_writes = false;
+  // The in-place form reads its destination for its type only (fills,
+  // copies): its old elements are never laid out for the op.
+  bool overwrites_destination = false;
   // Draws random numbers: the rule gets a Generator arg (the op's own, or
   // the default generator's state appended as the last arg when the schema
   // has none, e.g. native_dropout). Empty: not random.

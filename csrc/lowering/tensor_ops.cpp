@@ -371,12 +371,14 @@ const bool registered = [] {
   // converted to the destination's dtype and broadcast to its shape.
   Register("copy_convert", [](Context& c, const std::vector<Arg>& a) {
     return One(As(c.b, a.at(1), Out(c).dtype, Out(c).shape));
-  }, {}, Scope::Internal);
+  }, {}, Scope::Internal).overwrites_destination = true;
   // Fills write one value everywhere: safe through expand()ed destinations.
-  Register("fill.Scalar", FillRule).repeat_safe_writes = true;
-  Register("fill.Tensor", FillRule).repeat_safe_writes = true;
-  Register("zero", [](Context& c, const std::vector<Arg>&) { return One(Zeros(c.b, Out(c))); })
-      .repeat_safe_writes = true;
+  for (const char* fill : {"fill.Scalar", "fill.Tensor"}) {
+    RuleEntry& e = Register(fill, FillRule);
+    e.repeat_safe_writes = e.overwrites_destination = true;
+  }
+  RuleEntry& zero = Register("zero", [](Context& c, const std::vector<Arg>&) { return One(Zeros(c.b, Out(c))); });
+  zero.repeat_safe_writes = zero.overwrites_destination = true;
   Register("arange.start_out", Arange);
   Register("linspace.out", Linspace);
   Register("eye.out", Eye);

@@ -137,9 +137,10 @@ def test_storages_and_views_keep_pytorch_semantics():
         assert y.is_contiguous() and y.stride() == (34, 1)
         v = y[1:, 3]  # a view of a result of a dynamic executable
         torch.testing.assert_close(v.cpu(), torch.exp(x)[1:, 3])
-        y.add_(1)  # in place (exact shapes) on a dynamic result
+        y.add_(1)  # in place on a dynamic result: a whole-storage write, dynamic too
         torch.testing.assert_close(y.cpu(), torch.exp(x) + 1)
-    assert debug.stats()["dynamic_executables"] == 1
+        assert y.untyped_storage().nbytes() == n * 34 * 4
+    assert debug.stats()["dynamic_executables"] == 2  # exp and add_, each once
 
 
 def test_bad_mode_is_a_clear_error():

@@ -1,0 +1,135 @@
+"""New shapes inside a warm bucket compile nothing (TORCH_TPU_DYNAMIC_SHAPES=auto):
+fresh tensors filled or copied in place (torch.ones, x.to(dtype)), linear on a
+[b, s, h] activation padded in both b and s, and Hugging Face generate() from
+prompts of new lengths and new batch sizes, left-padded batches included.
+Every result is compared with PyTorch on the CPU; compiles are read from
+debug.stats()."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_tpu
+from torch_tpu import debug
+
+
+@pytest.fixture(autouse=True)
+def auto_mode():
+    before = torch_tpu._C._dynamic_shapes()
+    torch_tpu.dynamic.set_mode("auto")
+    yield
+    torch_tpu.dynamic.set_mode(before)
+
+
+def test_fills_and_copies_of_fresh_tensors_stop_compiling():
+    def step(n):
+        mask = torch.ones(2, n, dtype=torch.long, device="tpu")  # empty + fill_
+        f = mask.to(torch.float32)                               # empty + copy_ (convert)
+        z = torch.zeros(2, n, device="tpu").add_(f)              # in place on a whole storage
+        return mask, f, z
+
+    for n in (40, 41):  # the second size makes the signatures dynamic (bucket 44)
+        step(n)
+    for n in (42, 43, 44):
+        debug.reset_stats()
+        mask, f, z = step(n)
+        assert debug.stats()["compiles"] == 0, (n, debug.stats()["compiles_by_op"])
+        assert torch.equal(mask.cpu(), torch.ones(2, n, dtype=torch.long))
+        assert torch.equal(f.cpu(), torch.ones(2, n)) and torch.equal(z.cpu(), torch.ones(2, n))
+        assert f.untyped_storage().nbytes() == 2 * n * 4 and f.stride() == (n, 1)
+
+
+def test_copy_of_a_tensor_into_itself_reads_its_old_elements():
+    for n in (40, 41, 42):
+        x = torch.arange(2 * n, dtype=torch.float32).reshape(2, n)
+        d = x.to("tpu")
+        d.copy_(d * 2)
+        d.copy_(d)  # its own storage: not an overwrite that may skip the old elements
+        torch.testing.assert_close(d.cpu(), x * 2, rtol=0, atol=0)
+
+
+def test_linear_on_rows_padded_in_batch_and_sequence():
+    torch.manual_seed(0)
+    w, bias = torch.randn(24, 16), torch.randn(24)
+    dw, db = w.to("tpu"), bias.to("tpu")
+
+    def run(b, s):
+        x = torch.randn(b, s, 16)
+        h = torch.exp(x.to("tpu") * 0.5)  # dynamic once b and s changed: padded in both
+        return x, F.linear(h, dw), F.linear(h, dw, db)
+
+    for b, s in ((3, 19), (4, 20)):  # dynamic at the second: batch bucket 16, sequence bucket 20
+        run(b, s)
+    for b, s in ((5, 19), (2, 20), (6, 19)):
+        debug.reset_stats()
+        x, y, yb = run(b, s)
+        assert debug.stats()["compiles"] == 0, ((b, s), debug.stats()["compiles_by_op"])
+        h = torch.exp(x * 0.5)
+        torch.testing.assert_close(y.cpu(), F.linear(h, w), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(yb.cpu(), F.linear(h, w, bias), rtol=1e-5, atol=1e-5)
+        assert y.shape == (b, s, 24) and y.untyped_storage().nbytes() == b * s * 24 * 4
+        assert torch_tpu._C._padded_shape(y) == [16, 20, 24]  # the rows' layout, n at the end
+        torch.testing.assert_close(y[:, -1].cpu(), F.linear(h, w)[:, -1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def llama():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    cpu = transformers.LlamaForCausalLM(cfg).eval()
+    dev = transformers.LlamaForCausalLM(cfg).eval()
+    dev.load_state_dict(cpu.state_dict())
+    dev = dev.to("tpu")
+    for m in (cpu, dev):
+        m.generation_config.eos_token_id = None
+        m.generation_config.pad_token_id = 0
+    return cpu, dev
+
+
+def generate(model, ids, mask):
+    with torch.no_grad():
+        return model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False)
+
+
+def prompt(b, n, seed, left_pad=()):
+    ids = torch.randint(2, 256, (b, n), generator=torch.Generator().manual_seed(seed))
+    mask = torch.ones(b, n, dtype=torch.long)
+    for row, pad in enumerate(left_pad):
+        ids[row, :pad] = 0
+        mask[row, :pad] = 0
+    return ids, mask
+
+
+def check_generate(llama, b, n, seed, left_pad=()):
+    cpu, dev = llama
+    ids, mask = prompt(b, n, seed, left_pad)
+    debug.reset_stats()
+    got = generate(dev, ids.to("tpu"), mask.to("tpu")).cpu()
+    compiles = debug.stats()["compiles"]
+    assert torch.equal(got, generate(cpu, ids, mask)), (b, n)
+    return compiles, debug.stats()["compiles_by_op"]
+
+
+def test_generate_new_prompt_lengths_compile_nothing(llama):
+    # Warm-ups: 9 (static), 10 (dynamic), 14 (the KV cache reaches 19, bucket 20).
+    for n in (9, 10, 14):
+        check_generate(llama, 1, n, seed=n)
+    for n in (11, 12, 13):
+        compiles, by_op = check_generate(llama, 1, n, seed=n)
+        assert compiles == 0, (n, by_op)
+
+
+def test_generate_new_batch_sizes_compile_nothing(llama):
+    for b in (4, 5):  # batch 5 makes the batch dim dynamic (bucket 16)
+        check_generate(llama, b, 10, seed=b)
+    for b in (3, 6, 7):
+        compiles, by_op = check_generate(llama, b, 10, seed=b)
+        assert compiles == 0, (b, by_op)
+
+
+def test_generate_left_padded_batches(llama):
+    for pads in ((0, 3, 1), (2, 0, 4)):
+        check_generate(llama, 3, 11, seed=sum(pads), left_pad=pads)
+    compiles, by_op = check_generate(llama, 3, 11, seed=7, left_pad=(5, 1, 0))
+    assert compiles == 0, by_op
