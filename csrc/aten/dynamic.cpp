@@ -148,13 +148,18 @@ const std::unordered_set<std::string>& DynamicOps() {
       // logic and arg-reductions (generate()'s stopping bookkeeping per sequence)
       "argmax", "argmin", "max", "min", "bitwise_and.Tensor", "bitwise_or.Tensor", "bitwise_xor.Tensor",
       "bitwise_not", "logical_not", "logical_and", "logical_or",
-      // attention, in its sequence dims only (SequenceDimsOnly)
+      // attention, in its batch and sequence dims only (OpStaticDims)
       "_scaled_dot_product_efficient_attention",
       // in-place writes of whole storages (WholeDestinations): fills, copies
       // (tensor.to(dtype), an attention mask's ones), elementwise updates
       "fill_.Scalar", "fill_.Tensor", "zero_", "copy_convert", "add_.Tensor", "sub_.Tensor",
       "mul_.Tensor", "div_.Tensor", "add_.Scalar", "sub_.Scalar", "mul_.Scalar", "div_.Scalar",
       "masked_fill_.Scalar", "clamp_",
+      // training: elementwise backward, softmax backward, losses, layer norm
+      // (OpStaticDims keeps the dims they count static)
+      "gelu_backward", "silu_backward", "threshold_backward", "tanh_backward", "sigmoid_backward",
+      "_softmax_backward_data", "_log_softmax_backward_data", "nll_loss_forward", "nll_loss_backward",
+      "native_layer_norm", "native_layer_norm_backward",
   };
   return ops;
 }
@@ -436,8 +441,7 @@ std::vector<bool> ParameterInputs(const Plan& plan, const std::vector<c10::IValu
 // mask: its first and last two dims (padded batch rows are independent).
 // Training keeps exact shapes: the saved logsumexp's rows are rounded up to a
 // multiple of 32, a size that does not follow the sequence length.
-bool SequenceDimsOnly(const Call& call, const std::vector<c10::IValue>& args, CallHints* hints) {
-  if (call.desc->name != "_scaled_dot_product_efficient_attention") return true;
+bool AttentionDims(const Call& call, const std::vector<c10::IValue>& args, CallHints* hints) {
   if (args.size() > 4 && args[4].isBool() && args[4].toBool())
     return Refuse("attention that saves its logsumexp for backward");
   for (size_t a = 0; a < 4 && a < call.plan.args.size(); ++a) {
@@ -449,6 +453,38 @@ bool SequenceDimsOnly(const Call& call, const std::vector<c10::IValue>& args, Ca
       bool sequence = d + 2 == rank || (a == 3 && d + 1 == rank) || (d == 0 && rank == 4);
       if (!sequence) dims[d] = DimHint{false, -1, -1};
     }
+  }
+  return true;
+}
+
+// Marks dims [from, rank) (from < 0: counted from the end) of schema arg
+// `a`'s tensor static.
+void StaticDims(const Call& call, size_t a, int64_t from, CallHints* hints) {
+  if (a >= call.plan.args.size()) return;
+  const ArgPlan& ap = call.plan.args[a];
+  if (ap.kind != Arg::Kind::Tensor || ap.tensors.empty() || ap.tensors[0] < 0) return;
+  auto& dims = (*hints)[ap.tensors[0]];
+  const int64_t rank = static_cast<int64_t>(dims.size());
+  for (int64_t d = from < 0 ? std::max<int64_t>(rank + from, 0) : from; d < rank; ++d)
+    dims[d] = DimHint{false, -1, -1};
+}
+
+// Dims a rule counts with a static size stay static (the rest is masked by
+// XLA's padder): attention's head dims (AttentionDims), layer norm's
+// normalized dims (it divides by their element count), nll_loss's classes
+// (its target range check).
+bool OpStaticDims(const Call& call, const std::vector<c10::IValue>& args, CallHints* hints) {
+  const std::string& name = call.desc->name;
+  if (name == "_scaled_dot_product_efficient_attention") return AttentionDims(call, args, hints);
+  auto normalized = [&](size_t arg) { return args.size() > arg ? -static_cast<int64_t>(args[arg].toIntVector().size()) : 0; };
+  if (name == "native_layer_norm") {
+    StaticDims(call, 0, normalized(1), hints);
+  } else if (name == "native_layer_norm_backward") {
+    StaticDims(call, 0, normalized(2), hints);
+    StaticDims(call, 1, normalized(2), hints);
+  } else if (name == "nll_loss_forward" || name == "nll_loss_backward") {
+    const size_t self = name == "nll_loss_forward" ? 0 : 1;
+    StaticDims(call, self, args.at(self).toTensor().dim() >= 2 ? 1 : 0, hints);  // [N, C] or [C]
   }
   return true;
 }
@@ -987,7 +1023,7 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
     if (fixed[i])
       for (auto& h : hints[i])
         if (!h) h = DimHint{false, -1, -1};
-  if (!SequenceDimsOnly(call, args, &hints)) return std::nullopt;
+  if (!OpStaticDims(call, args, &hints)) return std::nullopt;
   t_exact_reason = "dynamic shapes off (TORCH_TPU_DYNAMIC_SHAPES=0)";
   if (mode == DynamicMode::Off && !hinted) return std::nullopt;
   DynamicState& state = State();

@@ -27,8 +27,8 @@ int RowsArg(const std::string& op) {
 }
 
 // The buffer's rows when `in` is a whole [r, k] view of a padded storage
-// whose last dims (k elements) are unpadded and whose outer dims hold the r
-// rows; -1 when the view does not fold padded rows (or nothing is padded).
+// whose last dims (k elements) are unpadded and whose outer dims (two or
+// more) hold the r rows; -1 otherwise.
 int64_t PaddedRows(const TensorIn& in, const runtime::DeviceStorage& s) {
   const auto& g = in.geometry;
   if (!s.padded() || !g.whole || g.sizes.size() != 2) return -1;
@@ -40,9 +40,14 @@ int64_t PaddedRows(const TensorIn& in, const runtime::DeviceStorage& s) {
     inner *= s.real_shape[d];
   }
   if (inner != g.sizes[1] || d == 0) return -1;
-  int64_t rows = 1;
-  for (size_t j = 0; j < d; ++j) rows *= s.padded_shape[j];
-  return rows;
+  int64_t rows = 1, row_dims = 0;
+  for (size_t j = 0; j < d; ++j) {
+    rows *= s.padded_shape[j];
+    row_dims += s.padded_shape[j] > 1;
+  }
+  // One row dim: dynamic.cpp reads the view (a padded dim merged with the
+  // unpadded ones inside it), also when the sizes sit at their bucket.
+  return row_dims >= 2 ? rows : -1;
 }
 
 struct RowsCompiled {
