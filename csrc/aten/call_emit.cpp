@@ -16,12 +16,21 @@ using lowering::Arg;
 
 namespace {
 
+// Whether storage `s`'s parameter is its whole padded buffer (not a value of
+// its numel() real elements, e.g. in a fused chain).
+bool IsPaddedBuffer(const Plan& plan, const std::vector<Value>& params, size_t s) {
+  const runtime::DeviceStorage& st = *plan.storages[s];
+  if (!st.padded() || plan.storage_param[s] < 0) return false;
+  const Value& v = params[plan.storage_param[s]];
+  return v.rank() == 1 && v.shape()[0] == st.buffer_numel();
+}
+
 // Storage `s`'s value: its parameter, or the real elements of a padded one
 // (runtime.h: the front of each dim of its padded shape), flat.
 Value StorageValue(const Plan& plan, hlo::Builder& b, const std::vector<Value>& params, size_t s) {
   Value v = params[plan.storage_param[s]];
   const runtime::DeviceStorage& st = *plan.storages[s];
-  if (!st.padded() || v.rank() != 1 || v.shape()[0] == st.numel()) return v;
+  if (!IsPaddedBuffer(plan, params, s)) return v;
   std::vector<int64_t> start(st.real_shape.size(), 0), step(st.real_shape.size(), 1);
   v = b.Slice(b.Reshape(v, st.padded_shape), start, st.real_shape, step);
   return b.Reshape(v, {st.numel()});
@@ -32,10 +41,9 @@ Value StorageValue(const Plan& plan, hlo::Builder& b, const std::vector<Value>& 
 // call of the same op hits the same executable; a dynamic op reads it as is).
 Value RepaddedValue(const Plan& plan, hlo::Builder& b, const std::vector<Value>& params, size_t s,
                     Value flat) {
+  if (!IsPaddedBuffer(plan, params, s)) return flat;
   const runtime::DeviceStorage& st = *plan.storages[s];
-  if (!st.padded() || plan.storage_param[s] < 0) return flat;
   Value whole = params[plan.storage_param[s]];
-  if (whole.rank() != 1 || whole.shape()[0] == st.numel()) return flat;
   std::vector<Value> origin(st.padded_shape.size(), b.ConstantInt(ElementType::I64, 0));
   Value updated = b.DynamicUpdateSlice(b.Reshape(whole, st.padded_shape), b.Reshape(flat, st.real_shape), origin);
   return b.Reshape(updated, {st.buffer_numel()});
@@ -43,10 +51,8 @@ Value RepaddedValue(const Plan& plan, hlo::Builder& b, const std::vector<Value>&
 
 Value Read(const Plan& plan, hlo::Builder& b, const std::vector<Value>& params, int idx) {
   const TensorIn& in = plan.inputs[idx];
-  const runtime::DeviceStorage& st = *plan.storages[in.storage];
-  Value whole = params[in.storage_param];
-  if (in.buffer_geometry && st.padded() && whole.rank() == 1 && whole.shape()[0] == st.buffer_numel())
-    return lowering::ReadView(b, whole, params[in.buffer_offset_param], *in.buffer_geometry);
+  if (in.buffer_geometry && IsPaddedBuffer(plan, params, in.storage))
+    return lowering::ReadView(b, params[in.storage_param], params[in.buffer_offset_param], *in.buffer_geometry);
   Value storage = StorageValue(plan, b, params, in.storage);
   Value offset = in.offset_param >= 0 ? params[in.offset_param] : Value();
   return lowering::ReadView(b, storage, offset, in.geometry);
