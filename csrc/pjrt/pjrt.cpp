@@ -10,7 +10,6 @@
 #include <cstring>
 #include <mutex>
 #include <sstream>
-#include <unordered_set>
 
 #include "pjrt_c_api.h"  // from the xla-cpu-pjrt wheel
 
@@ -167,12 +166,34 @@ bool Event::IsReady() const {
 
 // ---------------------------------------------------------------- Buffer
 
-namespace {
-
+// The buffers alive in this process: a doubly linked list through the
+// buffers themselves (one lock, no allocation per buffer).
 struct BufferRegistry {
   std::mutex mu;
-  std::unordered_set<const Buffer*> live;
+  Buffer* head = nullptr;
+
+  void Insert(Buffer* b) {
+    std::lock_guard<std::mutex> lock(mu);
+    b->live_next_ = head;
+    if (head) head->live_prev_ = b;
+    head = b;
+    b->live_ = true;
+  }
+  void Erase(Buffer* b) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!b->live_) return;
+    (b->live_prev_ ? b->live_prev_->live_next_ : head) = b->live_next_;
+    if (b->live_next_) b->live_next_->live_prev_ = b->live_prev_;
+    b->live_ = false;
+  }
+  template <typename F>
+  void ForEach(F f) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const Buffer* b = head; b; b = b->live_next_) f(*b);
+  }
 };
+
+namespace {
 
 BufferRegistry& Registry() {
   static auto* r = new BufferRegistry();  // never destroyed: buffers may outlive statics
@@ -181,32 +202,25 @@ BufferRegistry& Registry() {
 
 // Every Buffer this file creates goes through Tracked (~Buffer forgets it).
 BufferPtr Tracked(BufferPtr b) {
-  auto& r = Registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  r.live.insert(b.get());
+  Registry().Insert(b.get());
   return b;
 }
 
 }  // namespace
 
 LiveBufferStats LiveBuffers(PJRT_Device* device) {
-  auto& r = Registry();
-  std::lock_guard<std::mutex> lock(r.mu);
   LiveBufferStats stats;
-  for (const Buffer* b : r.live) {
-    if (b->IsDeleted() || b->device() != device) continue;
+  Registry().ForEach([&](const Buffer& buffer) {
+    const Buffer* b = &buffer;
+    if (b->IsDeleted() || b->device() != device) return;
     ++stats.count;
     stats.bytes += static_cast<int64_t>(b->OnDeviceSizeInBytes());
-  }
+  });
   return stats;
 }
 
 Buffer::~Buffer() {
-  {
-    auto& r = Registry();
-    std::lock_guard<std::mutex> lock(r.mu);
-    r.live.erase(this);
-  }
+  Registry().Erase(this);
   if (PluginAbandoned()) return;
   Args<PJRT_Buffer_Destroy_Args> a;
   a.buffer = buffer_;

@@ -77,8 +77,14 @@ class Buffer {
   PJRT_Device* device() const;
 
  private:
+  friend struct BufferRegistry;
   const Api* api_;
   PJRT_Buffer* buffer_;
+  // Links of the live-buffer list (pjrt.cpp, live_buffers.h): intrusive, so
+  // tracking a buffer allocates nothing.
+  Buffer* live_prev_ = nullptr;
+  Buffer* live_next_ = nullptr;
+  bool live_ = false;
 };
 using BufferPtr = std::shared_ptr<Buffer>;
 
