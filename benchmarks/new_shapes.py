@@ -13,10 +13,12 @@ on one executable per op, from the first call.
 
 A second scenario: a tiny 2-layer Llama (hidden 64, random weights, no hub)
 greedy-generating 8 tokens (DynamicCache) from prompts of new lengths after
-warm-up prompts of lengths 9 and 10: compiles and wall time of each new
-prompt length, CPU eager's time for the same generate(), whether the
-tokens equal CPU's, and the repeat call of the same prompt (warm: nothing
-compiles; what the padding costs).
+warm-up prompts of lengths 9, 10 and 14, then from batches of new sizes after
+warm-up batches of 4 and 5: compiles and wall time of each new shape, CPU
+eager's time for the same generate(), whether the tokens equal CPU's, the
+repeat call of the same prompt (warm: nothing compiles; what the padding
+costs) and the decode loop's peak device memory above the weights, each
+next to the exact-shape run's.
 
     PYTHONPATH=python python3 benchmarks/new_shapes.py
 
@@ -89,8 +91,10 @@ def child():
     print(json.dumps(rows))
 
 
-LLAMA_WARM = (9, 10)
-LLAMA_NEW = (11, 13, 14)
+LLAMA_WARM = (9, 10, 14)  # 14: the KV cache reaches 21 (bucket 22)
+LLAMA_NEW = (11, 12, 13)  # new prompt lengths inside the warm buckets
+BATCH_WARM = (4, 5)       # batch 5 makes the batch dim dynamic (bucket 16)
+BATCH_NEW = (3, 6, 7)     # new batch sizes (prompt length 10)
 
 
 def child_llama():
@@ -115,24 +119,30 @@ def child_llama():
             return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False)
 
     rows = []
-    for n in LLAMA_WARM + LLAMA_NEW:
-        ids = torch.randint(2, 256, (1, n), generator=torch.Generator().manual_seed(n))
+    shapes = [(1, n, n in LLAMA_NEW) for n in LLAMA_WARM + LLAMA_NEW]
+    shapes += [(b, 10, b in BATCH_NEW) for b in BATCH_WARM + BATCH_NEW]
+    for b, n, report in shapes:
+        ids = torch.randint(2, 256, (b, n), generator=torch.Generator().manual_seed(n + 100 * b))
         t = time.perf_counter()
         expected = gen(cpu, ids)
         cpu_s = time.perf_counter() - t
         debug.reset_stats()
+        torch.tpu.reset_peak_memory_stats()
+        base = torch.tpu.memory_allocated()
         t = time.perf_counter()
         got = gen(dev, ids.to("tpu")).cpu()
         dt = time.perf_counter() - t
         s = debug.stats()
-        if n in LLAMA_NEW:
+        peak = torch.tpu.max_memory_allocated() - base  # the decode loop's own bytes, weights excluded
+        if report:
             warm = []  # the same prompt again: nothing compiles, the padding cost alone
             for _ in range(3):
                 t = time.perf_counter()
                 gen(dev, ids.to("tpu")).cpu()
                 warm.append(time.perf_counter() - t)
-            rows.append({"n": n, "seconds": dt, "compiles": s["compiles"], "cpu_seconds": cpu_s,
-                         "warm_seconds": min(warm), "equal": bool(torch.equal(got, expected))})
+            rows.append({"b": b, "n": n, "seconds": dt, "compiles": s["compiles"], "cpu_seconds": cpu_s,
+                         "warm_seconds": min(warm), "peak_bytes": peak,
+                         "equal": bool(torch.equal(got, expected))})
     print(json.dumps(rows))
 
 
@@ -155,14 +165,18 @@ def main():
         for r in run_child(mode, "--child"):
             print(f"{mode:>6} {r['n']:>4} {r['compiles']:>8} {r['seconds']:>8.4f} {r['cpu_seconds']:>8.4f} "
                   f"{r['seconds'] / r['cpu_seconds']:>6.1f}x {r['warm_seconds']:>8.4f} {r['max_err']:>8.1e}")
-    print(f"\ntiny Llama (2 layers, hidden 64) generate 8 tokens; warmed at prompt lengths {LLAMA_WARM}")
-    print(f"{'mode':>5} {'len':>4} {'compiles':>8} {'first s':>8} {'cpu s':>8} {'ratio':>7} {'warm s':>8} "
-          f"{'tokens':>8}")
-    for mode in ("0", "auto"):
-        for r in run_child(mode, "--child-llama"):
-            print(f"{mode:>5} {r['n']:>4} {r['compiles']:>8} {r['seconds']:>8.3f} {r['cpu_seconds']:>8.3f} "
+    print(f"\ntiny Llama (2 layers, hidden 64) generate 8 tokens (DynamicCache); batch 1 warmed at prompt "
+          f"lengths {LLAMA_WARM}, then prompt length 10 warmed at batch sizes {BATCH_WARM}")
+    print(f"{'mode':>5} {'b':>3} {'len':>4} {'compiles':>8} {'first s':>8} {'cpu s':>8} {'ratio':>7} {'warm s':>8} "
+          f"{'peak KiB':>9} {'tokens':>8}")
+    results = {mode: run_child(mode, "--child-llama") for mode in ("0", "auto")}
+    for mode, rows in results.items():
+        for r, exact in zip(rows, results["0"]):
+            print(f"{mode:>5} {r['b']:>3} {r['n']:>4} {r['compiles']:>8} {r['seconds']:>8.3f} {r['cpu_seconds']:>8.3f} "
                   f"{r['seconds'] / r['cpu_seconds']:>6.1f}x {r['warm_seconds']:>8.3f} "
-                  f"{'equal' if r['equal'] else 'DIFFER':>8}")
+                  f"{r['peak_bytes'] / 1024:>9.1f} {'equal' if r['equal'] else 'DIFFER':>8}"
+                  + (f"  warm {r['warm_seconds'] / exact['warm_seconds']:.2f}x, peak "
+                     f"{r['peak_bytes'] / exact['peak_bytes']:.2f}x of exact" if mode != "0" else ""))
 
 
 if __name__ == "__main__":
