@@ -234,12 +234,12 @@ std::vector<Value> SvdLeastSquares(Builder& b, Value A, Value B, double rcond) {
 }
 
 // linalg_lstsq(A, B, rcond, driver) -> (solution, residuals, rank, singular_values),
-// CPU's shapes (the real rule's output types): gels by QR, gelsy (CPU's
-// default) / gelss / gelsd by SVD.
+// CPU's shapes for the driver (the real rule's output types): gels (and
+// None, as CUDA) by QR, gelsy / gelss / gelsd by SVD.
 std::vector<Value> LstsqRule(Context& c, const std::vector<Arg>& a) {
   Builder& b = c.b;
   Value A = ComplexMatrix(a.at(0).tensor, "linalg_lstsq");
-  std::string driver = a.size() > 3 && a[3].kind == Arg::Kind::String ? a[3].s : "gelsy";
+  std::string driver = a.size() > 3 && a[3].kind == Arg::Kind::String ? a[3].s : "gels";
   const TensorType& out = Out(c);
   if (out.numel() == 0 || A.type.numel() == 0) {
     std::vector<Value> zeros;

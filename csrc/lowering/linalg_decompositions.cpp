@@ -22,7 +22,7 @@
 //   exactly orthonormal (and completed for full_matrices) by a QR.
 // - linalg_lstsq: QR for driver "gels" (what CUDA uses; full-rank A): tall
 //   A solves R x = Q^T B, wide A gives the minimum-norm solution; the SVD
-//   above for gelsy / gelss / gelsd (CPU's default): the minimum-norm
+//   above for gelsy / gelss / gelsd: the minimum-norm
 //   solution with singular values under rcond * max dropped, the rank.
 // Float32 and float64 only.
 #include <cmath>
@@ -392,15 +392,16 @@ SvdSolution LstsqSvd(Builder& b, Value A, Value B, double rcond) {
   return {MatMul(b, MT(b, vh), scaled), rank, s};
 }
 
-// The driver, CPU's default (gelsy) for None.
+// The driver; None is gels, as on CUDA (PyTorch's default for non-CPU
+// devices, which its meta kernel assumes; CPU's default is gelsy).
 std::string LstsqDriver(const std::vector<Arg>& a) {
-  std::string driver = a.size() > 3 && a[3].kind == K::String ? a[3].s : "gelsy";
+  std::string driver = a.size() > 3 && a[3].kind == K::String ? a[3].s : "gels";
   if (driver != "gels" && driver != "gelsy" && driver != "gelss" && driver != "gelsd")
     throw std::invalid_argument("linalg.lstsq: driver must be one of gels, gelsy, gelss, gelsd; got " + driver);
   return driver;
 }
 
-// CPU's output shapes (the meta kernel gives CUDA's, which knows gels only):
+// CPU's output shapes for the driver (the meta kernel gives gels' for all):
 // solution batch + [n, k] (vector B: batch + [n]); residuals batch + [k]
 // (vector: batch + [1]) when m > n and the driver is not gelsy, else [0];
 // rank batch (i64) unless gels; singular values batch + [min(m, n)] for
@@ -434,8 +435,8 @@ Value FullRankByQr(Builder& b, Value A, Value B, const SvdSolution& sol) {
 }
 
 // linalg_lstsq(A, B, rcond, driver) -> (solution, residuals, rank, singular_values),
-// with CPU's output shapes (LstsqTypes). Driver gels: QR. gelsy (CPU's
-// default) / gelss / gelsd: SVD, with rank and singular values (gelsy's
+// with CPU's output shapes for the driver (LstsqTypes). Driver gels (and
+// None, as CUDA): QR. gelsy / gelss / gelsd: SVD, with rank and singular values (gelsy's
 // rank from the singular values, not a pivoted QR: the same but for
 // matrices at the rcond threshold). Residuals are computed whenever the
 // shapes have them (m > n, not gelsy); CPU leaves them empty for a
