@@ -5,7 +5,7 @@
 // strided slice per kernel tap. col2im(columns, output_size, kernel_size,
 // dilation, padding, stride) sums each tap's [oh, ow] block back into the
 // padded image (a pad with interior stride - 1 places it) and crops the
-// padding, as PyTorch's kernels.
+// padding, as PyTorch's kernels. Real and complex types.
 #include "lowering/lowering.h"
 
 namespace torch_tpu::lowering {
@@ -88,6 +88,7 @@ std::vector<Value> Col2Im(Context& c, const std::vector<Arg>& a) {
 const bool registered = [] {
   Register("im2col", Im2Col, {"im2col.out"});
   Register("col2im", Col2Im, {"col2im.out"});
+  MarkComplexCapable({"im2col", "col2im"});  // slices, pads and sums only
   return true;
 }();
 

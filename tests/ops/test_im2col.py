@@ -53,3 +53,15 @@ def test_fold_gradient_and_bf16() -> None:
     xb = torch.randn(1, 2, 5, 5).bfloat16()
     torch.testing.assert_close(F.unfold(xb.to("tpu"), 3, padding=1).cpu(), F.unfold(xb, 3, padding=1),
                                rtol=0, atol=0)
+
+
+def test_complex_unfold_and_fold() -> None:
+    torch.manual_seed(2)
+    x = torch.randn(2, 3, 5, 6, dtype=torch.complex64)
+    before = _fallbacks()
+    cols = F.unfold(x.to("tpu"), 2, padding=1, stride=2)
+    back = F.fold(cols, (5, 6), 2, padding=1, stride=2)
+    assert _fallbacks() == before
+    want = F.unfold(x, 2, padding=1, stride=2)
+    torch.testing.assert_close(cols.cpu(), want, rtol=0, atol=0)
+    torch.testing.assert_close(back.cpu(), F.fold(want, (5, 6), 2, padding=1, stride=2))
