@@ -1,5 +1,5 @@
 // Pooling, padding and resampling: max/avg pooling (reduce_window), adaptive
-// average pooling, reflection/replication pads and the upsample family
+// average and max pooling, fractional max pooling (2-d), reflection/replication pads and the upsample family
 // (nearest, nearest-exact, linear/bilinear/trilinear, bicubic), each with
 // its backward op.
 //
@@ -551,6 +551,77 @@ Rule AdaptiveMaxRule(int64_t n) {
   };
 }
 
+// ---------------------------------------------------------------- fractional max pool
+
+// The window starts along one dim of size `in` for every plane: [N, C, out]
+// i64, from the plane's sample u in [0, 1) (the sample's dtype t), as
+// PyTorch's generate_intervals: start_i = int((i + u) * alpha) - int(u *
+// alpha) with alpha = (in - pool) / (out - 1), in t's arithmetic; the last
+// window ends at the input's end.
+Value FractionalStarts(Builder& b, Value u, int64_t in, int64_t out, int64_t pool) {
+  std::vector<int64_t> shape = u.shape();  // [N, C]
+  std::vector<int64_t> oshape{shape[0], shape[1], out};
+  ElementType t = u.dtype();
+  Value last = b.Splat(ElementType::I64, static_cast<double>(in - pool), oshape);
+  if (out <= 1) return last;
+  Value alpha = b.Binary("divide", b.Constant(t, static_cast<double>(in - pool)),
+                         b.Constant(t, static_cast<double>(out - 1)));
+  Value ub = b.BroadcastInDim(u, oshape, {0, 1});
+  Value ab = b.BroadcastInDim(alpha, oshape, {});
+  Value i = b.Convert(b.Iota(TensorType{ElementType::I64, oshape}, 2), t);
+  Value hi = b.Convert(b.Binary("multiply", b.Binary("add", i, ub), ab), ElementType::I64);
+  Value lo = b.Convert(b.Binary("multiply", ub, ab), ElementType::I64);
+  Value starts = b.Binary("subtract", hi, lo);
+  Value is_last = b.Compare("EQ", b.Iota(TensorType{ElementType::I64, oshape}, 2),
+                            b.Splat(ElementType::I64, static_cast<double>(out - 1), oshape));
+  return b.Select(is_last, last, starts);
+}
+
+// Max (with its index) over the windows [start, start + pool) along the
+// last dim of (x, idx) [N, C, R, L]; starts [N, C, O]. Result [N, C, R, O].
+std::pair<Value, Value> WindowMax(Builder& b, Value x, Value idx, Value starts, int64_t pool) {
+  std::vector<int64_t> s = x.shape();
+  int64_t o = starts.shape()[2];
+  std::vector<int64_t> taps{s[0], s[1], s[2], o, pool};
+  Value pos = b.Binary("add", b.BroadcastInDim(starts, taps, {0, 1, 3}),
+                       b.Iota(TensorType{ElementType::I64, taps}, 4));
+  pos = b.Clamp(b.ConstantInt(ElementType::I64, 0), pos, b.ConstantInt(ElementType::I64, s[3] - 1));
+  Value coords = Coordinates(b, b.Reshape(pos, {s[0], s[1], s[2], o * pool}), 3);
+  Value gx = b.Reshape(b.Gather(x, coords, {0, 1, 2, 3}), taps);
+  Value gi = b.Reshape(b.Gather(idx, coords, {0, 1, 2, 3}), taps);
+  auto r = b.ReduceN({gx, gi}, {b.MinValue(x.dtype()), b.ConstantInt(ElementType::I64, INT64_MAX)},
+                     {4}, MaxAndIndex);
+  return {r[0], r[1]};
+}
+
+// fractional_max_pool2d(self, kernel_size, output_size, random_samples
+//   [N, C, 2]) -> (values, indices): windows of kernel_size starting at
+// FractionalStarts (sample 0 for the width, 1 for the height), reduced one
+// dim at a time (width first) under max pooling's order.
+std::vector<Value> FractionalMaxPool2d(Context& c, const std::vector<Arg>& a) {
+  Builder& b = c.b;
+  const TensorType& out = c.outputs.at(0);
+  Value x = a.at(0).tensor, samples = a.at(3).tensor;
+  if (!hlo::IsFloat(x.dtype())) throw Unsupported("integer fractional_max_pool2d");
+  if (out.numel() == 0 || x.type.numel() == 0)
+    return {b.Splat(out.dtype, 0, out.shape), b.Splat(ElementType::I64, 0, out.shape)};
+  if (x.rank() == 3) x = b.Reshape(x, {1, x.shape()[0], x.shape()[1], x.shape()[2]});
+  std::vector<int64_t> k = Expand(a.at(1).ints, 2, 1), o = Expand(a.at(2).ints, 2, 1);
+  int64_t n = x.shape()[0], ch = x.shape()[1], h = x.shape()[2], w = x.shape()[3];
+  Value u = b.Reshape(samples, {n, ch, 2});
+  auto sample = [&](int64_t j) {
+    return b.Reshape(b.Slice(u, {0, 0, j}, {n, ch, j + 1}, {1, 1, 1}), {n, ch});
+  };
+  Value idx = PlaneIndex(b, x.shape(), 2);
+  auto [vw, iw] = WindowMax(b, x, idx, FractionalStarts(b, sample(0), w, o[1], k[1]), k[1]);
+  // [N, C, H, OW] -> [N, C, OW, H]: the height windows along the last dim
+  std::vector<int64_t> swap{0, 1, 3, 2};
+  auto [vh, ih] = WindowMax(b, b.Transpose(vw, swap), b.Transpose(iw, swap),
+                            FractionalStarts(b, sample(1), h, o[0], k[0]), k[0]);
+  return {b.Convert(b.Reshape(b.Transpose(vh, swap), out.shape), out.dtype),
+          b.Reshape(b.Transpose(ih, swap), c.outputs.at(1).shape)};
+}
+
 // The avg-pool divisor over the output's trailing n dims, broadcast to the
 // output shape (compute type).
 Value AvgDivisor(Builder& b, const Value& x, const std::vector<int64_t>& out_shape, int64_t n,
@@ -661,6 +732,9 @@ const bool registered = [] {
   Register("_adaptive_avg_pool3d_backward", AdaptiveAvgRule(3, true));
   Register("adaptive_max_pool2d", AdaptiveMaxRule(2), {"adaptive_max_pool2d.out"});
   Register("adaptive_max_pool3d", AdaptiveMaxRule(3), {"adaptive_max_pool3d.out"});
+  Register("fractional_max_pool2d", FractionalMaxPool2d, {"fractional_max_pool2d.output"});
+  Register("fractional_max_pool2d_backward", MaxPoolBackwardRule(2, 4),
+           {"fractional_max_pool2d_backward.grad_input"});
   Register("adaptive_max_pool2d_backward", MaxPoolBackwardRule(2, 2),
            {"adaptive_max_pool2d_backward.grad_input"});
   Register("adaptive_max_pool3d_backward", MaxPoolBackwardRule(3, 2),
