@@ -9,6 +9,8 @@
 namespace torch_tpu::aten {
 
 bool CopyResolvingMathBits(const at::Tensor& src, const at::Tensor& dst);  // complex.cpp
+bool CopyComplexHalf(const at::Tensor& src, const at::Tensor& dst);       // complex_half.cpp
+at::Scalar ComplexHalfItem(const at::Tensor& self);                       // complex_half.cpp
 
 namespace {
 
@@ -51,6 +53,7 @@ void FromCpu(const at::Tensor& src, const at::Tensor& dst) {
 }
 
 at::Tensor CopyFrom(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
+  if (CopyComplexHalf(self, dst)) return dst;        // chalf: through its f16 pairs
   if (CopyResolvingMathBits(self, dst)) return dst;  // x.conj(), _neg_view()
   bool src_tpu = self.device().type() == c10::DeviceType::PrivateUse1;
   bool dst_tpu = dst.device().type() == c10::DeviceType::PrivateUse1;
@@ -87,6 +90,7 @@ at::Tensor CopyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 at::Scalar LocalScalarDense(const at::Tensor& self) {
+  if (self.scalar_type() == at::kComplexHalf) return ComplexHalfItem(self);
   try {
     return ToCpu(self).item();
   } catch (const std::out_of_range& e) {  // a failed device-side assertion

@@ -20,6 +20,8 @@ using lowering::Arg;
 
 void ResolveTensorInputs(std::vector<c10::IValue>& args, const std::vector<size_t>& mutable_args,
                          const std::vector<size_t>& out_args, const std::string& op);  // complex.cpp
+bool NeedsWidening(const c10::OperatorHandle& op, const torch::jit::Stack& stack);  // complex_half.cpp
+void RunWidened(const c10::OperatorHandle& op, torch::jit::Stack* stack);           // complex_half.cpp
 
 namespace {
 
@@ -193,6 +195,8 @@ void CheckNoInternalOverlap(const OpDesc& desc, const std::vector<c10::IValue>& 
 }  // namespace
 
 void EagerKernel(const OpDesc& desc, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  // complex32 has no device type: the op runs on complex64 copies.
+  if (NeedsWidening(op, *stack)) return RunWidened(op, stack);
   size_t n = op.schema().arguments().size();
   std::vector<c10::IValue> args(stack->end() - n, stack->end());
   // x.conj() / _neg_view() inputs of ops the math-bit fallbacks let through

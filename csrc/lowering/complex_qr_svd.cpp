@@ -6,8 +6,9 @@
 //    and _linalg_svd (svd, svdvals, pinv, matrix_rank, cond, nuclear norm,
 //    svd/pca_lowrank): "Eigh" on Hermitian matrices, the SVD from
 //    [[0, A], [A^H, 0]] as the real rule;
-//  - linalg_lstsq (driver gels): QR, R x = Q^H B (tall) or the minimum-norm
-//    x = Q (R^H \ B) from A^H = Q R (wide).
+//  - linalg_lstsq: driver gels by QR, R x = Q^H B (tall) or the minimum-norm
+//    x = Q (R^H \ B) from A^H = Q R (wide); gelsy / gelss / gelsd by the SVD
+//    (minimum norm, singular values under rcond * max dropped, the rank).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -158,12 +159,8 @@ Value Orthonormalize(Builder& b, Value x, int64_t cols) {
 // _linalg_svd(A, full_matrices, compute_uv, driver) -> (U, S, Vh): eigh of
 // the Hermitian H = [[0, A], [A^H, 0]] (eigenvalues +-sigma; the top
 // eigenvectors are [u; v] / sqrt(2) with A v = sigma u), as the real rule.
-std::vector<Value> SvdRule(Context& c, const std::vector<Arg>& a) {
-  Builder& b = c.b;
-  Value x = ComplexMatrix(a.at(0).tensor, "_linalg_svd");
-  bool full = a.size() > 1 && a[1].i != 0;
-  bool compute_uv = !(a.size() > 2 && a[2].kind == Arg::Kind::Bool && a[2].i == 0);
-  if (x.type.numel() == 0) return {Zeros(b, Out(c, 0)), Zeros(b, Out(c, 1)), Zeros(b, Out(c, 2))};
+// U, S, Vh of a non-empty x (U, Vh invalid unless compute_uv).
+std::vector<Value> Svd(Builder& b, Value x, bool full, bool compute_uv) {
   int64_t m = Rows(x), n = Cols(x), k = std::min(m, n), r = x.rank();
   ElementType t = x.dtype();
   std::vector<int64_t> batch = BatchOf(x.shape());
@@ -174,7 +171,7 @@ std::vector<Value> SvdRule(Context& c, const std::vector<Arg>& a) {
   start.back() = m + n - k;
   Value s = b.Reverse(b.Slice(w, start, ws, ones), {w.rank() - 1});
   s = b.Binary("maximum", s, b.Splat(s.dtype(), 0, s.shape()));
-  if (!compute_uv) return {Zeros(b, Out(c, 0)), s, Zeros(b, Out(c, 2))};
+  if (!compute_uv) return {Value(), s, Value()};
   std::vector<int64_t> vstart(r, 0), vones(r, 1);
   vstart[r - 1] = m + n - k;
   Value vecs = b.Reverse(b.Slice(v, vstart, v.shape(), vones), {r - 1});  // [..., m+n, k]
@@ -184,6 +181,17 @@ std::vector<Value> SvdRule(Context& c, const std::vector<Arg>& a) {
   Value u = Orthonormalize(b, b.Slice(vecs, ustart, ulimit, vones), full ? m : k);
   Value vv = Orthonormalize(b, b.Slice(vecs, lstart, vecs.shape(), vones), full ? n : k);
   return {u, s, Conj(b, MT(b, vv))};
+}
+
+std::vector<Value> SvdRule(Context& c, const std::vector<Arg>& a) {
+  Builder& b = c.b;
+  Value x = ComplexMatrix(a.at(0).tensor, "_linalg_svd");
+  bool full = a.size() > 1 && a[1].i != 0;
+  bool compute_uv = !(a.size() > 2 && a[2].kind == Arg::Kind::Bool && a[2].i == 0);
+  if (x.type.numel() == 0) return {Zeros(b, Out(c, 0)), Zeros(b, Out(c, 1)), Zeros(b, Out(c, 2))};
+  std::vector<Value> usv = Svd(b, x, full, compute_uv);
+  if (!compute_uv) return {Zeros(b, Out(c, 0)), usv[1], Zeros(b, Out(c, 2))};
+  return usv;
 }
 
 // ---------------------------------------------------------------- lstsq
@@ -204,12 +212,34 @@ Value LeastSquares(Builder& b, Value A, Value B) {
   return MatMul(b, q, b.TriangularSolve(Conj(b, r), B, true, false, false, true));
 }
 
-// linalg_lstsq(A, B, rcond, driver) -> (solution, residuals, rank, singular_values)
+// The minimum-norm solution by SVD (drivers gelsy, gelss, gelsd): singular
+// values at or below rcond * the largest count as zero. Also the rank and
+// the singular values.
+std::vector<Value> SvdLeastSquares(Builder& b, Value A, Value B, double rcond) {
+  std::vector<Value> usv = Svd(b, A, false, true);
+  Value u = usv[0], s = usv[1], vh = usv[2];
+  ElementType pt = s.dtype();
+  int64_t kr = s.rank();
+  Value top = b.Reduce(s, b.Constant(pt, 0), {kr - 1}, "maximum");
+  Value cut = b.BroadcastInDim(b.Binary("multiply", top, b.Splat(pt, rcond, top.shape())), s.shape(),
+                               Iota(kr - 1));
+  Value kept = b.Compare("GT", s, cut);
+  Value inv = b.Select(kept, b.Binary("divide", b.Splat(pt, 1, s.shape()), s), b.Splat(pt, 0, s.shape()));
+  Value uhb = MatMul(b, Conj(b, MT(b, u)), B);
+  Value scale = b.Convert(b.BroadcastInDim(inv, uhb.shape(), Iota(kr)), uhb.dtype());
+  Value x = MatMul(b, Conj(b, MT(b, vh)), b.Binary("multiply", uhb, scale));
+  Value rank = b.Reduce(b.Convert(kept, ElementType::I64), b.ConstantInt(ElementType::I64, 0),
+                        {kr - 1}, "add");
+  return {x, rank, s};
+}
+
+// linalg_lstsq(A, B, rcond, driver) -> (solution, residuals, rank, singular_values),
+// CPU's shapes for the driver (the real rule's output types): gels (and
+// None, as CUDA) by QR, gelsy / gelss / gelsd by SVD.
 std::vector<Value> LstsqRule(Context& c, const std::vector<Arg>& a) {
   Builder& b = c.b;
   Value A = ComplexMatrix(a.at(0).tensor, "linalg_lstsq");
-  if (a.size() > 3 && a[3].kind == Arg::Kind::String && a[3].s != "gels")
-    throw Unsupported("linalg_lstsq: LAPACK drivers other than 'gels' (CPU fallback)");
+  std::string driver = a.size() > 3 && a[3].kind == Arg::Kind::String ? a[3].s : "gels";
   const TensorType& out = Out(c);
   if (out.numel() == 0 || A.type.numel() == 0) {
     std::vector<Value> zeros;
@@ -225,7 +255,22 @@ std::vector<Value> LstsqRule(Context& c, const std::vector<Arg>& a) {
   std::vector<int64_t> batch = BatchOf(full);
   A = b.BroadcastTo(A, With(batch, {m, n}));
   B = b.BroadcastTo(B, With(batch, {m, full.back()}));
-  Value x = LeastSquares(b, A, B);
+  std::vector<Value> sol{Value(), Value(), Value()};
+  if (driver == "gels") {
+    sol[0] = LeastSquares(b, A, B);
+  } else {
+    double eps = A.dtype() == ElementType::C128 ? std::numeric_limits<double>::epsilon()
+                                               : std::numeric_limits<float>::epsilon();
+    bool given = a.size() > 2 && a[2].kind == Arg::Kind::Double;
+    sol = SvdLeastSquares(b, A, B, given ? a[2].d : eps * static_cast<double>(std::max(m, n)));
+    // full rank: the QR solution (as accurate as LAPACK's; the eigh-based
+    // SVD's vectors carry eigh's tolerance)
+    Value full = b.Compare("EQ", sol[1], b.Splat(ElementType::I64, static_cast<double>(std::min(m, n)),
+                                                  sol[1].shape()));
+    Value qr = LeastSquares(b, A, B);
+    sol[0] = b.Select(b.BroadcastInDim(full, qr.shape(), Iota(sol[1].rank())), qr, sol[0]);
+  }
+  Value x = sol[0];
   std::vector<Value> results = {b.Reshape(x, out.shape)};
   const TensorType& res = Out(c, 1);
   if (res.numel() > 0) {  // residuals: squared moduli of A x - B summed per column
@@ -237,8 +282,10 @@ std::vector<Value> LstsqRule(Context& c, const std::vector<Arg>& a) {
     results.push_back(Zeros(b, res));
   }
   for (size_t i = 2; i < c.outputs.size(); ++i) {
-    if (Out(c, i).numel() > 0) throw Unsupported("linalg_lstsq: rank/singular values (gelsd)");
-    results.push_back(Zeros(b, Out(c, i)));
+    const TensorType& t = Out(c, i);
+    if (t.numel() > 0 && !sol[i - 1].valid())
+      throw Unsupported("linalg_lstsq: rank/singular values with driver gels");
+    results.push_back(t.numel() > 0 ? b.Reshape(b.Convert(sol[i - 1], t.dtype), t.shape) : Zeros(b, t));
   }
   return results;
 }

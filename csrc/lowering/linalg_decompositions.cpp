@@ -20,8 +20,10 @@
 //   0]], whose eigenvalues are +-sigma (as accurate as eigh, unlike
 //   eig(A^T A)); U and V are the halves of its top eigenvectors, made
 //   exactly orthonormal (and completed for full_matrices) by a QR.
-// - linalg_lstsq: QR (driver "gels", what CUDA uses; full-rank A): tall A
-//   solves R x = Q^T B, wide A gives the minimum-norm solution.
+// - linalg_lstsq: QR for driver "gels" (what CUDA uses; full-rank A): tall
+//   A solves R x = Q^T B, wide A gives the minimum-norm solution; the SVD
+//   above for gelsy / gelss / gelsd: the minimum-norm
+//   solution with singular values under rcond * max dropped, the rank.
 // Float32 and float64 only.
 #include <cmath>
 #include <limits>
@@ -310,13 +312,8 @@ Value Orthonormalize(Builder& b, Value x, int64_t cols) {
   return b.Binary("multiply", q, b.BroadcastInDim(sign, q.shape(), dims));
 }
 
-// _linalg_svd(A, full_matrices, compute_uv, driver) -> (U, S, Vh)
-std::vector<Value> SvdRule(Context& c, const std::vector<Arg>& a) {
-  Builder& b = c.b;
-  Value x = Matrix(a, 0, "_linalg_svd");
-  bool full = a.size() > 1 && a[1].i != 0;
-  bool compute_uv = !(a.size() > 2 && a[2].kind == K::Bool && a[2].i == 0);
-  if (x.type.numel() == 0) return {Zeros(b, Out(c, 0)), Zeros(b, Out(c, 1)), Zeros(b, Out(c, 2))};
+// U, S, Vh of a non-empty x [..., m, n] (U and Vh invalid unless compute_uv).
+std::vector<Value> Svd(Builder& b, Value x, bool full, bool compute_uv) {
   int64_t m = Rows(x), n = Cols(x), k = std::min(m, n), r = x.rank();
   ElementType t = x.dtype();
   std::vector<int64_t> batch = BatchOf(x.shape());
@@ -329,7 +326,7 @@ std::vector<Value> SvdRule(Context& c, const std::vector<Arg>& a) {
   start.back() = m + n - k;
   Value s = b.Reverse(b.Slice(w, start, ws, ones), {w.rank() - 1});
   s = b.Binary("maximum", s, b.Splat(t, 0, s.shape()));
-  if (!compute_uv) return {Zeros(b, Out(c, 0)), s, Zeros(b, Out(c, 2))};
+  if (!compute_uv) return {Value(), s, Value()};
   std::vector<int64_t> vs = v.shape(), vstart(r, 0), vones(r, 1);
   vstart[r - 1] = m + n - k;
   Value vecs = b.Reverse(b.Slice(v, vstart, vs, vones), {r - 1});  // [..., m+n, k]
@@ -343,14 +340,111 @@ std::vector<Value> SvdRule(Context& c, const std::vector<Arg>& a) {
   return {u, s, MT(b, vv)};
 }
 
+// _linalg_svd(A, full_matrices, compute_uv, driver) -> (U, S, Vh)
+std::vector<Value> SvdRule(Context& c, const std::vector<Arg>& a) {
+  Builder& b = c.b;
+  Value x = Matrix(a, 0, "_linalg_svd");
+  bool full = a.size() > 1 && a[1].i != 0;
+  bool compute_uv = !(a.size() > 2 && a[2].kind == K::Bool && a[2].i == 0);
+  if (x.type.numel() == 0) return {Zeros(b, Out(c, 0)), Zeros(b, Out(c, 1)), Zeros(b, Out(c, 2))};
+  std::vector<Value> usv = Svd(b, x, full, compute_uv);
+  if (!compute_uv) return {Zeros(b, Out(c, 0)), usv[1], Zeros(b, Out(c, 2))};
+  return usv;
+}
+
 // ---------------------------------------------------------------- lstsq
 
-// linalg_lstsq(A, B, rcond, driver) -> (solution, residuals, rank, singular_values)
+// The least-squares solution by QR (driver gels; A of full rank).
+Value LstsqQr(Builder& b, Value A, Value B) {
+  int64_t m = Rows(A), n = Cols(A);
+  if (m >= n) {  // R x = (Q^T B)[:n]
+    Householder h = Geqrf(b, A);
+    Value q = QFrom(b, h, n);
+    Value rr = SliceLast2(b, h.a, n, n);
+    return b.TriangularSolve(rr, MatMul(b, MT(b, q), B), true, false, false, false);
+  }
+  // A^T = Q R: x = Q (R^T \ B), the minimum-norm solution
+  Householder h = Geqrf(b, MT(b, A));
+  Value q = QFrom(b, h, m);
+  Value rr = SliceLast2(b, h.a, m, m);
+  return MatMul(b, q, b.TriangularSolve(rr, B, true, false, false, true));
+}
+
+// The minimum-norm least-squares solution by SVD (drivers gelsy, gelss,
+// gelsd): singular values at or below rcond * the largest count as zero;
+// also the numerical rank (i64) and the singular values.
+struct SvdSolution {
+  Value x, rank, s;
+};
+SvdSolution LstsqSvd(Builder& b, Value A, Value B, double rcond) {
+  std::vector<Value> usv = Svd(b, A, false, true);
+  Value u = usv[0], s = usv[1], vh = usv[2];  // [.., m, k], [.., k], [.., k, n]
+  ElementType t = s.dtype();
+  int64_t kr = s.rank();
+  Value top = b.Reduce(s, b.Constant(t, 0), {kr - 1}, "maximum");
+  Value cut = b.BroadcastInDim(b.Binary("multiply", top, b.Splat(t, rcond, top.shape())), s.shape(),
+                               Iota(kr - 1));
+  Value kept = b.Compare("GT", s, cut);
+  Value inv = b.Select(kept, b.Binary("divide", b.Splat(t, 1, s.shape()), s), b.Splat(t, 0, s.shape()));
+  Value utb = MatMul(b, MT(b, u), B);  // [.., k, nrhs]
+  Value scaled = b.Binary("multiply", utb, b.BroadcastInDim(inv, utb.shape(), Iota(kr)));
+  Value rank = b.Reduce(b.Convert(kept, E::I64), b.ConstantInt(E::I64, 0), {kr - 1}, "add");
+  return {MatMul(b, MT(b, vh), scaled), rank, s};
+}
+
+// The driver; None is gels, as on CUDA (PyTorch's default for non-CPU
+// devices, which its meta kernel assumes; CPU's default is gelsy).
+std::string LstsqDriver(const std::vector<Arg>& a) {
+  std::string driver = a.size() > 3 && a[3].kind == K::String ? a[3].s : "gels";
+  if (driver != "gels" && driver != "gelsy" && driver != "gelss" && driver != "gelsd")
+    throw std::invalid_argument("linalg.lstsq: driver must be one of gels, gelsy, gelss, gelsd; got " + driver);
+  return driver;
+}
+
+// CPU's output shapes for the driver (the meta kernel gives gels' for all):
+// solution batch + [n, k] (vector B: batch + [n]); residuals batch + [k]
+// (vector: batch + [1]) when m > n and the driver is not gelsy, else [0];
+// rank batch (i64) unless gels; singular values batch + [min(m, n)] for
+// gelss / gelsd.
+std::vector<TensorType> LstsqTypes(const std::vector<Arg>& a) {
+  Value A = a.at(0).tensor, B = a.at(1).tensor;
+  std::string driver = LstsqDriver(a);
+  int64_t m = Rows(A), n = Cols(A);
+  std::vector<int64_t> a_rows(A.shape().begin(), A.shape().end() - 1);
+  bool vector_rhs = B.rank() == 1 || (B.rank() == A.rank() - 1 && B.shape() == a_rows);
+  std::vector<int64_t> b_batch(B.shape().begin(), B.shape().end() - (vector_rhs ? 1 : 2));
+  std::vector<int64_t> batch = BroadcastShapes(BatchOf(A.shape()), b_batch);
+  ElementType t = A.dtype(), real = hlo::RealPart(t);
+  int64_t k = vector_rhs ? 1 : B.shape().back();
+  std::vector<int64_t> solution = vector_rhs ? With(batch, {n}) : With(batch, {n, k});
+  bool residuals = m > n && driver != "gelsy";
+  bool sv = driver == "gelss" || driver == "gelsd";
+  return {TensorType{t, solution},
+          TensorType{real, residuals ? With(batch, {k}) : std::vector<int64_t>{0}},
+          TensorType{E::I64, driver != "gels" ? batch : std::vector<int64_t>{0}},
+          TensorType{real, sv ? With(batch, {std::min(m, n)}) : std::vector<int64_t>{0}}};
+}
+
+// Where the SVD finds a matrix of full rank, its QR solution (as accurate as
+// LAPACK's; the eigh-based SVD's vectors carry eigh's tolerance).
+Value FullRankByQr(Builder& b, Value A, Value B, const SvdSolution& sol) {
+  int64_t k = std::min(Rows(A), Cols(A));
+  Value full = b.Compare("EQ", sol.rank, b.Splat(E::I64, static_cast<double>(k), sol.rank.shape()));
+  Value x = LstsqQr(b, A, B);
+  return b.Select(b.BroadcastInDim(full, x.shape(), Iota(sol.rank.rank())), x, sol.x);
+}
+
+// linalg_lstsq(A, B, rcond, driver) -> (solution, residuals, rank, singular_values),
+// with CPU's output shapes for the driver (LstsqTypes). Driver gels (and
+// None, as CUDA): QR. gelsy / gelss / gelsd: SVD, with rank and singular values (gelsy's
+// rank from the singular values, not a pivoted QR: the same but for
+// matrices at the rcond threshold). Residuals are computed whenever the
+// shapes have them (m > n, not gelsy); CPU leaves them empty for a
+// rank-deficient A with gelss / gelsd (a data-dependent shape).
 std::vector<Value> LstsqRule(Context& c, const std::vector<Arg>& a) {
   Builder& b = c.b;
   Value A = Matrix(a, 0, "linalg_lstsq");
-  if (a.size() > 3 && a[3].kind == K::String && a[3].s != "gels")
-    throw Unsupported("linalg_lstsq: LAPACK drivers other than 'gels' (CPU fallback)");
+  std::string driver = LstsqDriver(a);
   const TensorType& out = Out(c);
   if (out.numel() == 0 || A.type.numel() == 0) {
     std::vector<Value> zeros;
@@ -368,30 +462,35 @@ std::vector<Value> LstsqRule(Context& c, const std::vector<Arg>& a) {
   A = b.BroadcastTo(A, With(batch, {m, n}));
   B = b.BroadcastTo(B, With(batch, {m, full.back()}));
   const int64_t r = A.rank();
-  Value x;
-  if (m >= n) {  // R x = (Q^T B)[:n]
-    Householder h = Geqrf(b, A);
-    Value q = QFrom(b, h, n);
-    Value rr = SliceLast2(b, h.a, n, n);
-    x = b.TriangularSolve(rr, MatMul(b, MT(b, q), B), true, false, false, false);
-  } else {  // A^T = Q R: x = Q (R^T \ B), the minimum-norm solution
-    Householder h = Geqrf(b, MT(b, A));
-    Value q = QFrom(b, h, m);
-    Value rr = SliceLast2(b, h.a, m, m);
-    x = MatMul(b, q, b.TriangularSolve(rr, B, true, false, false, true));
+  bool wants_rank = c.outputs.size() > 2 && Out(c, 2).numel() > 0;
+  bool by_svd = driver != "gels";
+  SvdSolution sol;
+  if (by_svd) {
+    double eps = A.dtype() == E::F64 ? std::numeric_limits<double>::epsilon()
+                                     : std::numeric_limits<float>::epsilon();
+    bool given = a.size() > 2 && a[2].kind == K::Double;
+    sol = LstsqSvd(b, A, B, given ? a[2].d : eps * static_cast<double>(std::max(m, n)));
+    sol.x = FullRankByQr(b, A, B, sol);
+  } else {
+    if (wants_rank) throw Unsupported("linalg_lstsq: rank with driver gels");
+    sol.x = LstsqQr(b, A, B);
   }
-  std::vector<Value> results = {b.Reshape(x, out.shape)};
+  std::vector<Value> results = {b.Reshape(sol.x, out.shape)};
   const TensorType& res = Out(c, 1);
   if (res.numel() > 0) {  // residuals: squared norms of A x - B per column
-    Value diff = b.Binary("subtract", MatMul(b, A, x), B);
+    Value diff = b.Binary("subtract", MatMul(b, A, sol.x), B);
     Value sq = b.Reduce(b.Binary("multiply", diff, diff), b.Constant(A.dtype(), 0), {r - 2}, "add");
     results.push_back(b.Reshape(b.Convert(sq, res.dtype), res.shape));
   } else {
     results.push_back(Zeros(b, res));
   }
-  for (size_t i = 2; i < c.outputs.size(); ++i) {
-    if (Out(c, i).numel() > 0) throw Unsupported("linalg_lstsq: rank/singular values (gelsd)");
-    results.push_back(Zeros(b, Out(c, i)));
+  if (c.outputs.size() > 2)
+    results.push_back(wants_rank ? b.Reshape(b.Convert(sol.rank, Out(c, 2).dtype), Out(c, 2).shape)
+                                 : Zeros(b, Out(c, 2)));
+  if (c.outputs.size() > 3) {
+    const TensorType& sv = Out(c, 3);
+    if (sv.numel() > 0 && !by_svd) throw Unsupported("linalg_lstsq: singular values with gels");
+    results.push_back(sv.numel() > 0 ? b.Reshape(b.Convert(sol.s, sv.dtype), sv.shape) : Zeros(b, sv));
   }
   return results;
 }
@@ -410,7 +509,7 @@ const bool registered = [] {
   Register("ormqr", OrmqrRule);
   Register("_linalg_eigh", EighRule);
   Register("_linalg_svd", SvdRule);
-  Register("linalg_lstsq", LstsqRule);
+  Register("linalg_lstsq", LstsqRule).output_types = LstsqTypes;
   return true;
 }();
 

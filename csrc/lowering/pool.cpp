@@ -1,5 +1,5 @@
 // Pooling, padding and resampling: max/avg pooling (reduce_window), adaptive
-// average pooling, reflection/replication pads and the upsample family
+// average and max pooling, fractional max pooling (2-d), reflection/replication pads and the upsample family
 // (nearest, nearest-exact, linear/bilinear/trilinear, bicubic), each with
 // its backward op.
 //
@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <limits>
 #include <optional>
+#include <tuple>
 
 #include "lowering/lowering.h"
 
@@ -423,6 +424,36 @@ PoolArgs ReadPoolArgs(const std::vector<Arg>& a, size_t first, int64_t n, bool h
   return r;
 }
 
+// The reduction body of max pooling with indices over (value, flat index)
+// pairs: a total order with NaN above all (the last NaN wins, as the CPU
+// kernels' `val > max || isnan(val)` scan), then value, then the first index
+// among equals.
+std::vector<Value> MaxAndIndex(Builder& rb, const std::vector<Value>& v) {
+  Value av = v[0], ai = v[1], bv = v[2], bi = v[3];
+  Value a_nan = rb.Compare("NE", av, av), b_nan = rb.Compare("NE", bv, bv);
+  Value b_ok = rb.Unary("not", b_nan);
+  Value first = rb.Compare("LT", ai, bi);
+  Value better = rb.Binary(
+      "or", rb.Compare("GT", av, bv), rb.Binary("and", rb.Compare("EQ", av, bv), first));
+  Value pick_a = rb.Select(a_nan, rb.Binary("or", b_ok, rb.Unary("not", first)),
+                           rb.Binary("and", b_ok, better));
+  return std::vector<Value>{rb.Select(pick_a, av, bv), rb.Select(pick_a, ai, bi)};
+}
+
+// Each element's flat index in its plane of the trailing n dims.
+Value PlaneIndex(Builder& b, const std::vector<int64_t>& shape, int64_t n) {
+  TensorType it{ElementType::I64, shape};
+  Value idx = b.Splat(ElementType::I64, 0, shape);
+  int64_t stride = 1;
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 1; i >= static_cast<int64_t>(shape.size()) - n; --i) {
+    Value term = b.Binary("multiply", b.Iota(it, i),
+                          b.Splat(ElementType::I64, static_cast<double>(stride), shape));
+    idx = b.Binary("add", idx, term);
+    stride *= shape[i];
+  }
+  return idx;
+}
+
 // max_poolNd_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode)
 Rule MaxPoolRule(int64_t n) {
   return [n](Context& c, const std::vector<Arg>& a) {
@@ -435,46 +466,25 @@ Rule MaxPoolRule(int64_t n) {
                                 b.Splat(ElementType::I64, 0, out.shape)};
     PoolArgs pa = ReadPoolArgs(a, 1, n, true);
     Window w = PoolWindow(x, out.shape, n, pa.k, pa.s, pa.p, pa.d);
-    // Flat index into the input's spatial plane.
-    int64_t lead = x.rank() - n;
-    TensorType it{ElementType::I64, x.shape()};
-    Value idx = b.Splat(ElementType::I64, 0, x.shape());
-    int64_t stride = 1;
-    for (int64_t i = x.rank() - 1; i >= lead; --i) {
-      Value term = b.Binary("multiply", b.Iota(it, i),
-                            b.Splat(ElementType::I64, static_cast<double>(stride), x.shape()));
-      idx = b.Binary("add", idx, term);
-      stride *= x.shape()[i];
-    }
+    Value idx = PlaneIndex(b, x.shape(), n);  // flat index into the spatial plane
     auto r = ReduceWindow(
         b, {x, idx}, {b.MinValue(x.dtype()), b.ConstantInt(ElementType::I64, INT64_MAX)},
         w.window, w.strides, w.dilations, w.lo, w.hi,
-        [](Builder& rb, const std::vector<Value>& v) {
-          Value av = v[0], ai = v[1], bv = v[2], bi = v[3];
-          // A total order: NaN above all (the last NaN wins, as the CPU
-          // kernel's `val > max || isnan(val)` scan), then value, then the
-          // first index among equals.
-          Value a_nan = rb.Compare("NE", av, av), b_nan = rb.Compare("NE", bv, bv);
-          Value b_ok = rb.Unary("not", b_nan);
-          Value first = rb.Compare("LT", ai, bi);
-          Value better = rb.Binary(
-              "or", rb.Compare("GT", av, bv), rb.Binary("and", rb.Compare("EQ", av, bv), first));
-          Value pick_a = rb.Select(a_nan, rb.Binary("or", b_ok, rb.Unary("not", first)),
-                                   rb.Binary("and", b_ok, better));
-          return std::vector<Value>{rb.Select(pick_a, av, bv), rb.Select(pick_a, ai, bi)};
-        });
+        MaxAndIndex);
     return std::vector<Value>{SliceTo(b, r[0], out.shape), SliceTo(b, r[1], out.shape)};
   };
 }
 
 // max_poolNd_with_indices_backward(grad_output, self, kernel_size, stride,
-//   padding, dilation, ceil_mode, indices): scatter-add into the plane.
-Rule MaxPoolBackwardRule(int64_t n) {
-  return [n](Context& c, const std::vector<Arg>& a) {
+//   padding, dilation, ceil_mode, indices) and adaptive_max_poolNd_backward(
+//   grad_output, self, indices): scatter-add into the plane. `index_arg`:
+//   where the indices are.
+Rule MaxPoolBackwardRule(int64_t n, size_t index_arg = 7) {
+  return [n, index_arg](Context& c, const std::vector<Arg>& a) {
     Builder& b = c.b;
     const TensorType& out = c.outputs.at(0);
     ElementType ct = ComputeType(out.dtype);
-    Value g = a.at(0).tensor, self = a.at(1).tensor, ind = a.at(7).tensor;
+    Value g = a.at(0).tensor, self = a.at(1).tensor, ind = a.at(index_arg).tensor;
     int64_t lead = self.rank() - n;
     std::vector<int64_t> lead_shape(self.shape().begin(), self.shape().begin() + lead);
     int64_t batch = Prod(lead_shape);
@@ -489,6 +499,127 @@ Rule MaxPoolBackwardRule(int64_t n) {
     Value r = b.Scatter(b.Splat(ct, 0, {batch, li}), indices, updates, {0, 1}, "add");
     return std::vector<Value>{b.Convert(b.Reshape(r, out.shape), out.dtype)};
   };
+}
+
+// ---------------------------------------------------------------- adaptive max pool
+
+// max over the taps of `m` along `dim` of (x, idx), with the index of the
+// maximum (MaxAndIndex); invalid taps never win.
+std::pair<Value, Value> MaxApply(Builder& b, Value x, Value idx, int64_t dim, const Map& m) {
+  std::vector<int64_t> others;
+  for (int64_t i = 0; i < x.rank(); ++i)
+    if (i != dim) others.push_back(x.shape()[i]);
+  Value taps = b.Reshape(ConstIndex(b, m.idx), {m.taps * m.out, 1});
+  std::vector<int64_t> tshape{m.taps, m.out};
+  tshape.insert(tshape.end(), others.begin(), others.end());
+  Value gx = b.Reshape(b.Gather(x, taps, {dim}), tshape);
+  Value gi = b.Reshape(b.Gather(idx, taps, {dim}), tshape);
+  Value lowest = b.MinValue(x.dtype()), last = b.ConstantInt(ElementType::I64, INT64_MAX);
+  if (!m.valid.empty()) {
+    Value ok = b.BroadcastInDim(b.Reshape(ConstBool(b, m.valid), {m.taps, m.out}), tshape, {0, 1});
+    gx = b.Select(ok, gx, b.BroadcastInDim(lowest, tshape, {}));
+    gi = b.Select(ok, gi, b.BroadcastInDim(last, tshape, {}));
+  }
+  auto r = b.ReduceN({gx, gi}, {lowest, last}, {0}, MaxAndIndex);
+  std::vector<int64_t> perm;
+  for (int64_t i = 0; i < x.rank(); ++i) perm.push_back(i < dim ? i + 1 : (i == dim ? 0 : i));
+  return {b.Transpose(r[0], perm), b.Transpose(r[1], perm)};
+}
+
+// adaptive_max_poolNd(self, output_size) -> (values, indices): the bins of
+// adaptive average pooling, reduced one dim at a time (last dim first) with
+// the flat plane index of each maximum carried along. Separable: the first
+// maximum in row-major order wins ties, the last NaN wins NaNs, as CPU.
+Rule AdaptiveMaxRule(int64_t n) {
+  return [n](Context& c, const std::vector<Arg>& a) {
+    Builder& b = c.b;
+    const TensorType& out = c.outputs.at(0);
+    Value x = a.at(0).tensor;
+    if (!hlo::IsFloat(x.dtype())) throw Unsupported("integer adaptive_max_pool");
+    if (out.numel() == 0 || x.type.numel() == 0)
+      return std::vector<Value>{b.Splat(out.dtype, 0, out.shape),
+                                b.Splat(ElementType::I64, 0, out.shape)};
+    std::vector<int64_t> out_size = Expand(a.at(1).ints, n, 1);
+    Value idx = PlaneIndex(b, x.shape(), n);
+    int64_t first = x.rank() - n;
+    for (int64_t j = n - 1; j >= 0; --j) {
+      int64_t dim = first + j;
+      std::tie(x, idx) = MaxApply(b, x, idx, dim, AdaptiveMap(x.shape()[dim], out_size[j]));
+    }
+    return std::vector<Value>{b.Convert(b.Reshape(x, out.shape), out.dtype),
+                              b.Reshape(idx, c.outputs.at(1).shape)};
+  };
+}
+
+// ---------------------------------------------------------------- fractional max pool
+
+// The window starts along one dim of size `in` for every plane: [N, C, out]
+// i64, from the plane's sample u in [0, 1) (the sample's dtype t), as
+// PyTorch's generate_intervals: start_i = int((i + u) * alpha) - int(u *
+// alpha) with alpha = (in - pool) / (out - 1), in t's arithmetic; the last
+// window ends at the input's end.
+Value FractionalStarts(Builder& b, Value u, int64_t in, int64_t out, int64_t pool) {
+  std::vector<int64_t> shape = u.shape();  // [N, C]
+  std::vector<int64_t> oshape{shape[0], shape[1], out};
+  ElementType t = u.dtype();
+  Value last = b.Splat(ElementType::I64, static_cast<double>(in - pool), oshape);
+  if (out <= 1) return last;
+  Value alpha = b.Binary("divide", b.Constant(t, static_cast<double>(in - pool)),
+                         b.Constant(t, static_cast<double>(out - 1)));
+  Value ub = b.BroadcastInDim(u, oshape, {0, 1});
+  Value ab = b.BroadcastInDim(alpha, oshape, {});
+  Value i = b.Convert(b.Iota(TensorType{ElementType::I64, oshape}, 2), t);
+  Value hi = b.Convert(b.Binary("multiply", b.Binary("add", i, ub), ab), ElementType::I64);
+  Value lo = b.Convert(b.Binary("multiply", ub, ab), ElementType::I64);
+  Value starts = b.Binary("subtract", hi, lo);
+  Value is_last = b.Compare("EQ", b.Iota(TensorType{ElementType::I64, oshape}, 2),
+                            b.Splat(ElementType::I64, static_cast<double>(out - 1), oshape));
+  return b.Select(is_last, last, starts);
+}
+
+// Max (with its index) over the windows [start, start + pool) along the
+// last dim of (x, idx) [N, C, R, L]; starts [N, C, O]. Result [N, C, R, O].
+std::pair<Value, Value> WindowMax(Builder& b, Value x, Value idx, Value starts, int64_t pool) {
+  std::vector<int64_t> s = x.shape();
+  int64_t o = starts.shape()[2];
+  std::vector<int64_t> taps{s[0], s[1], s[2], o, pool};
+  Value pos = b.Binary("add", b.BroadcastInDim(starts, taps, {0, 1, 3}),
+                       b.Iota(TensorType{ElementType::I64, taps}, 4));
+  pos = b.Clamp(b.ConstantInt(ElementType::I64, 0), pos, b.ConstantInt(ElementType::I64, s[3] - 1));
+  Value coords = Coordinates(b, b.Reshape(pos, {s[0], s[1], s[2], o * pool}), 3);
+  Value gx = b.Reshape(b.Gather(x, coords, {0, 1, 2, 3}), taps);
+  Value gi = b.Reshape(b.Gather(idx, coords, {0, 1, 2, 3}), taps);
+  auto r = b.ReduceN({gx, gi}, {b.MinValue(x.dtype()), b.ConstantInt(ElementType::I64, INT64_MAX)},
+                     {4}, MaxAndIndex);
+  return {r[0], r[1]};
+}
+
+// fractional_max_pool2d(self, kernel_size, output_size, random_samples
+//   [N, C, 2]) -> (values, indices): windows of kernel_size starting at
+// FractionalStarts (sample 0 for the width, 1 for the height), reduced one
+// dim at a time (width first) under max pooling's order.
+std::vector<Value> FractionalMaxPool2d(Context& c, const std::vector<Arg>& a) {
+  Builder& b = c.b;
+  const TensorType& out = c.outputs.at(0);
+  Value x = a.at(0).tensor, samples = a.at(3).tensor;
+  if (!hlo::IsFloat(x.dtype())) throw Unsupported("integer fractional_max_pool2d");
+  if (out.numel() == 0 || x.type.numel() == 0)
+    return {b.Splat(out.dtype, 0, out.shape), b.Splat(ElementType::I64, 0, out.shape)};
+  if (x.rank() == 3) x = b.Reshape(x, {1, x.shape()[0], x.shape()[1], x.shape()[2]});
+  std::vector<int64_t> k = Expand(a.at(1).ints, 2, 1), o = Expand(a.at(2).ints, 2, 1);
+  int64_t n = x.shape()[0], ch = x.shape()[1], h = x.shape()[2], w = x.shape()[3];
+  Value u = b.Reshape(samples, {n, ch, 2});
+  auto sample = [&](int64_t j) {
+    return b.Reshape(b.Slice(u, {0, 0, j}, {n, ch, j + 1}, {1, 1, 1}), {n, ch});
+  };
+  Value idx = PlaneIndex(b, x.shape(), 2);
+  auto [vw, iw] = WindowMax(b, x, idx, FractionalStarts(b, sample(0), w, o[1], k[1]), k[1]);
+  // [N, C, H, OW] -> [N, C, OW, H]: the height windows along the last dim
+  std::vector<int64_t> swap{0, 1, 3, 2};
+  auto [vh, ih] = WindowMax(b, b.Transpose(vw, swap), b.Transpose(iw, swap),
+                            FractionalStarts(b, sample(1), h, o[0], k[0]), k[0]);
+  return {b.Convert(b.Reshape(b.Transpose(vh, swap), out.shape), out.dtype),
+          b.Reshape(b.Transpose(ih, swap), c.outputs.at(1).shape)};
 }
 
 // The avg-pool divisor over the output's trailing n dims, broadcast to the
@@ -599,6 +730,15 @@ const bool registered = [] {
   Register("_adaptive_avg_pool3d", AdaptiveAvgRule(3, false));
   Register("_adaptive_avg_pool2d_backward", AdaptiveAvgRule(2, true));
   Register("_adaptive_avg_pool3d_backward", AdaptiveAvgRule(3, true));
+  Register("adaptive_max_pool2d", AdaptiveMaxRule(2), {"adaptive_max_pool2d.out"});
+  Register("adaptive_max_pool3d", AdaptiveMaxRule(3), {"adaptive_max_pool3d.out"});
+  Register("fractional_max_pool2d", FractionalMaxPool2d, {"fractional_max_pool2d.output"});
+  Register("fractional_max_pool2d_backward", MaxPoolBackwardRule(2, 4),
+           {"fractional_max_pool2d_backward.grad_input"});
+  Register("adaptive_max_pool2d_backward", MaxPoolBackwardRule(2, 2),
+           {"adaptive_max_pool2d_backward.grad_input"});
+  Register("adaptive_max_pool3d_backward", MaxPoolBackwardRule(3, 2),
+           {"adaptive_max_pool3d_backward.grad_input"});
 
   for (const char* d : {"1d", "2d", "3d"}) {
     std::string s(d);

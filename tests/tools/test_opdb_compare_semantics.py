@@ -53,3 +53,15 @@ def test_distribution_still_rejects_a_different_drop_rate():
     except AssertionError:
         return
     raise AssertionError("KS test accepted p=0.1 against p=0.5")
+
+
+def test_a_cpu_nan_where_float64_has_a_number_needs_tpu_close_to_float64():
+    from torch_tpu.tools.opinfo_compare import closer_to_exact
+    exact = torch.tensor([1.0, 2.0, float("nan")], dtype=torch.float64)
+    cpu = torch.tensor([1.0, float("nan"), float("nan")], dtype=torch.bfloat16)
+    close = torch.tensor([1.0, 2.0078125, float("nan")], dtype=torch.bfloat16)
+    assert closer_to_exact(close, cpu, exact)
+    far = torch.tensor([1.0, 2.5, float("nan")], dtype=torch.bfloat16)
+    assert not closer_to_exact(far, cpu, exact)
+    tpu_nan_lost = torch.tensor([1.0, 2.0, 3.0], dtype=torch.bfloat16)  # the float64 NaN must stay
+    assert not closer_to_exact(tpu_nan_lost, cpu, exact)
