@@ -62,7 +62,7 @@ class native:  # noqa: N801
 
 
 @pytest.mark.parametrize("kind", ["qwen3_moe", "mixtral"])
-def test_sparse_moe_block_equals_the_module_forward_and_backward(kind: str) -> None:
+def test_sparse_moe_block_equals_the_module_forward_and_backward(kind: str, grouped: str) -> None:
     ref_block, block = _block(kind), _block(kind).to("tpu")
     assert moe.supports_block(block)
     x = torch.randn(3, 5, 32, generator=torch.Generator().manual_seed(1))
