@@ -66,6 +66,20 @@ void MarkPending(Recorder& rec, DeviceStorage* s, Value v) {
   s->pending_value = v.id;
 }
 
+// The chain's parameter holding the storage's buffer. A storage whose buffer
+// was replaced outside the chain since it was bound (read as another dtype:
+// its bytes reinterpreted) gets a new parameter: the old one holds the old
+// buffer, of the old type.
+int StorageParameter(Recorder& rec, DeviceStorage* s, const hlo::TensorType& type) {
+  auto it = rec.storage_param.find(s);
+  if (it != rec.storage_param.end() && rec.args[it->second].buffer == s->buffer) return it->second;
+  int index = rec.b->num_parameters();
+  rec.storage_param[s] = index;
+  rec.param_values.push_back(rec.b->Parameter(type));
+  rec.args.push_back(runtime::LaunchParam::Of(s->buffer));
+  return index;
+}
+
 // The module parameter (or pending value) for each plan parameter.
 std::vector<Value> BindParams(Recorder& rec, const Plan& plan, std::string* key) {
   std::vector<Value> params;
@@ -77,14 +91,9 @@ std::vector<Value> BindParams(Recorder& rec, const Plan& plan, std::string* key)
         *key += "v" + std::to_string(st->pending_value) + ",";
         continue;
       }
-      auto it = rec.storage_param.find(st);
-      if (it == rec.storage_param.end()) {
-        it = rec.storage_param.emplace(st, rec.b->num_parameters()).first;
-        rec.param_values.push_back(rec.b->Parameter(ParamType(plan, q)));
-        rec.args.push_back(runtime::LaunchParam::Of(st->buffer));
-      }
-      params.push_back(rec.param_values[it->second]);
-      *key += "p" + std::to_string(it->second) + ",";
+      int index = StorageParameter(rec, st, ParamType(plan, q));
+      params.push_back(rec.param_values[index]);
+      *key += "p" + std::to_string(index) + ",";
       continue;
     }
     int index = rec.b->num_parameters();
@@ -119,14 +128,9 @@ std::vector<Value> BindInputs(Recorder& rec, const std::vector<at::Tensor>& inpu
     }
     PrepareStorage(s, types[i]);  // not pending: never flushes
     if (!rec.b) rec.b = std::make_unique<hlo::Builder>("fused");
-    auto it = rec.storage_param.find(s);
-    if (it == rec.storage_param.end()) {
-      it = rec.storage_param.emplace(s, rec.b->num_parameters()).first;
-      rec.param_values.push_back(rec.b->Parameter(hlo::TensorType{s->dtype, {s->buffer_numel()}}));
-      rec.args.push_back(runtime::LaunchParam::Of(s->buffer));
-    }
-    values.push_back(rec.param_values[it->second]);
-    *key += "p" + std::to_string(it->second) + ",";
+    int index = StorageParameter(rec, s, hlo::TensorType{s->dtype, {s->buffer_numel()}});
+    values.push_back(rec.param_values[index]);
+    *key += "p" + std::to_string(index) + ",";
   }
   return values;
 }

@@ -209,6 +209,20 @@ def test_fused_eager_backward_and_donation():
         acc.cpu()
 
 
+def test_fused_eager_jax_op_inputs_zero_size_shared_and_reinterpreted():
+    """Inputs of a recorded jax_op: a zero-size tensor, one tensor passed
+    twice, a storage the chain read as int32 before (its bytes reinterpreted)."""
+    xn = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with torch_tpu.fused():
+        a = torch.tensor(xn, device="tpu") * 1
+        bits = a.view(torch.int32) + 0            # a's storage read as int32
+        empty = sin_mul(torch.zeros(0, 3, device="tpu") + 1, torch.ones(0, 3, device="tpu"))
+        twice = sin_mul(a, a, 1.0)                # a read as float32 again
+    assert empty.shape == (0, 3)
+    assert torch.equal(bits.cpu(), torch.from_numpy(xn.view(np.int32)))
+    np.testing.assert_allclose(_np(twice), np.sin(xn) * xn, **TOL)
+
+
 def test_fused_eager_jax_ops_alone_when_asked():
     """_C._set_jax_ops_join_fused(False) (what benchmarks compare against):
     each jax_op ends the chain and runs alone, with the same results."""
