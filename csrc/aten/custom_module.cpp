@@ -36,6 +36,7 @@
 #include <mutex>
 #include <set>
 
+#include "aten/call.h"
 #include "aten/fused.h"
 #include "aten/tpu.h"
 
@@ -148,10 +149,16 @@ std::vector<at::Tensor> DenseInputs(const std::vector<at::Tensor>& inputs) {
     const at::Tensor& t = inputs[i];
     if (GeometryOf(t).whole || t.numel() == 0) {
       dense[i] = t;
-    } else {
-      // A functional copy: fused eager records it (a copy into a fresh
-      // tensor would first zero-fill its storage, an execution of its own).
+    } else if (Recording()) {
+      // Fused eager: a functional copy, which the chain records (a copy into
+      // a fresh tensor would first zero-fill its storage, an execution).
       dense[i] = t.clone(at::MemoryFormat::Contiguous);
+    } else {
+      // Strict eager: a copy into an exact buffer (a clone may run bounded
+      // dynamic, and its padded result would take one more execution to
+      // compact).
+      dense[i] = at::empty(t.sizes(), t.options());
+      RunInto(kCopyRule, {t}, dense[i]);
     }
   }
   return dense;
