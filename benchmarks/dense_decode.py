@@ -5,7 +5,9 @@ RMSNorm / RoPE / MLP), torch_tpu's attention kernel alone
 (``torch_tpu.hub_kernels.dense.kernelize_dense``: attention, RoPE, add +
 RMSNorm, gated MLP, one op each), each also under fused eager
 (``torch_tpu.fused()``), next to PyTorch CPU eager of the same model, in one
-run. Tokens must be equal across all.
+run; the "ops alone" row is fused eager with each jax_op ending the chain and
+running alone (as before jax_ops joined the chain). Tokens must be equal
+across all.
 
     python benchmarks/dense_decode.py [--batch 1 8 64] [--steps 16]
 
@@ -76,19 +78,24 @@ def _configurations(cpu: torch.nn.Module, default: torch.nn.Module,
         rows += [("default (sdpa)" + tag, default, "tpu", "sdpa", fuse, threads),
                  ("attention kernel" + tag, default, "tpu", attention.IMPLEMENTATION, fuse, threads),
                  ("all dense kernels" + tag, kernels, "tpu", attention.IMPLEMENTATION, fuse, threads)]
+    # Before jax_ops joined the chain: each kernel ended it and ran alone.
+    rows.append(("all dense kernels +fused, ops alone", kernels, "tpu", attention.IMPLEMENTATION,
+                 True, threads, False))
     return rows
 
 
 def _run(config: tuple, ids: torch.Tensor, steps: int) -> tuple:
-    _, model, device, impl, fuse, threads = config
+    _, model, device, impl, fuse, threads, join = config + (True,)[len(config) - 6:]
     model.set_attn_implementation(impl)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)  # on a shared machine, intra-op threads can stall each other
+    joined = torch_tpu._C._set_jax_ops_join_fused(join)
     try:
         with torch_tpu.fused(fuse):
             return _decode(model, ids.to(device), steps, device)
     finally:
         torch.set_num_threads(before)
+        torch_tpu._C._set_jax_ops_join_fused(joined)
 
 
 def main() -> None:
@@ -105,7 +112,7 @@ def main() -> None:
     print(f"dense Llama: {layers} layers, hidden 256, MLP 768, 8 heads / 4 KV heads, vocab {VOCAB}; "
           f"{args.steps} greedy decode steps after a {args.prompt}-token prompt (DynamicCache); "
           f"median of {args.rounds} round-robin rounds")
-    print(f"{'batch':>5} {'implementation':>31} {'ms/step':>9} {'exec/step':>10} "
+    print(f"{'batch':>5} {'implementation':>35} {'ms/step':>9} {'exec/step':>10} "
           f"{'kernel ops/layer':>17} {'vs default':>11} {'vs CPU':>7} tokens")
     for batch in args.batch:
         torch.manual_seed(1)
@@ -120,7 +127,7 @@ def main() -> None:
         for c, (toks, _, execs, ops), dt in zip(configs, first, med):
             execs_s = f"{execs:>10.1f}" if c[2] == "tpu" else f"{'':>10}"
             ops_s = f"{ops / layers:>17.1f}" if c[2] == "tpu" else f"{'':>17}"
-            print(f"{batch:>5} {c[0]:>31} {dt * 1e3:>9.1f} {execs_s} {ops_s} {base / dt:>10.2f}x "
+            print(f"{batch:>5} {c[0]:>35} {dt * 1e3:>9.1f} {execs_s} {ops_s} {base / dt:>10.2f}x "
                   f"{cpu_dt / dt:>6.2f}x {'equal' if torch.equal(toks, ref) else 'DIFFER'}",
                   flush=True)
 

@@ -7,7 +7,11 @@ block with its router as one op, q/k/v projections + q/k head norms + RoPE as
 one op, the attention kernel, add + RMSNorm as one op), the kernel rows also
 under fused eager (``torch_tpu.fused()``), next to PyTorch CPU eager of the
 same model (torch's default intra-op threads, the "vs CPU" baseline, and one
-thread), in one run. Tokens must be equal across all. "kernel ops/layer"
+thread), in one run; the "ops alone" row is fused eager with each jax_op ending
+the chain and running alone (as before jax_ops joined the chain), the
+"tokamax" rows run the grouped matmuls on ``tokamax.ragged_dot_general``
+(where tokamax is installed; the default on XLA:CPU is torch_tpu's tiles).
+Tokens must be equal across all. "kernel ops/layer"
 counts jax_op calls: 1 for the experts (fused experts), 4 for all kernels
 (q/k/v + norms + RoPE, attention, add + RMSNorm, the MoE block with router).
 
@@ -70,7 +74,8 @@ def _decode(model: torch.nn.Module, ids: torch.Tensor, steps: int, device: str) 
 
 
 def _configurations(cpu: torch.nn.Module, tpu: torch.nn.Module, kernels: torch.nn.Module) -> list:
-    """(name, model, device, experts implementation, fused eager, CPU threads)."""
+    """(name, model, device, experts implementation, fused eager, CPU threads,
+    jax_ops join the fused chain, grouped matmul)."""
     threads = torch.get_num_threads()
     rows = [(f"PyTorch CPU eager, {threads} threads", cpu, "cpu", "eager", False, threads),
             ("PyTorch CPU eager, 1 thread", cpu, "cpu", "eager", False, 1)]
@@ -79,19 +84,31 @@ def _configurations(cpu: torch.nn.Module, tpu: torch.nn.Module, kernels: torch.n
         tag = " +fused eager" if fuse else ""
         rows += [("fused experts" + tag, tpu, "tpu", moe.IMPLEMENTATION, fuse, threads),
                  ("all kernels" + tag, kernels, "tpu", moe.IMPLEMENTATION, fuse, threads)]
+    # Before jax_ops joined the chain: each kernel ended it and ran alone.
+    rows.append(("all kernels +fused, ops alone", kernels, "tpu", moe.IMPLEMENTATION, True,
+                 threads, False))
+    if moe._tokamax_installed():  # the grouped matmuls on tokamax.ragged_dot_general
+        rows += [("fused experts, tokamax", tpu, "tpu", moe.IMPLEMENTATION, False, threads, True,
+                  "tokamax"),
+                 ("all kernels, tokamax", kernels, "tpu", moe.IMPLEMENTATION, False, threads, True,
+                  "tokamax")]
     return rows
 
 
 def _run(config: tuple, ids: torch.Tensor, steps: int) -> tuple:
-    _, model, device, impl, fuse, threads = config
+    _, model, device, impl, fuse, threads, join, grouped = config + (True, "auto")[len(config) - 6:]
     model.set_experts_implementation(impl)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)  # on a shared machine, intra-op threads can stall each other
+    joined = torch_tpu._C._set_jax_ops_join_fused(join)
+    moe.use_grouped_matmul(grouped)
     try:
         with torch_tpu.fused(fuse):
             return _decode(model, ids.to(device), steps, device)
     finally:
         torch.set_num_threads(before)
+        torch_tpu._C._set_jax_ops_join_fused(joined)
+        moe.use_grouped_matmul("auto")
 
 
 def main() -> None:
@@ -108,7 +125,7 @@ def main() -> None:
     print(f"Qwen3-MoE-style: {layers} layers, 32 experts, top-4, hidden 256, vocab {VOCAB}; "
           f"{args.steps} greedy decode steps after an {args.prompt}-token prompt; "
           f"median of {args.rounds} round-robin rounds")
-    print(f"{'batch':>5} {'implementation':>29} {'ms/step':>9} {'exec/step':>10} "
+    print(f"{'batch':>5} {'implementation':>30} {'ms/step':>9} {'exec/step':>10} "
           f"{'kernel ops/layer':>17} {'vs grouped_mm':>14} {'vs CPU':>7} tokens")
     for batch in args.batch:
         torch.manual_seed(1)
@@ -124,7 +141,7 @@ def main() -> None:
         for c, (toks, _, execs, ops), dt in zip(configs, first, med):
             execs_s = f"{execs:>10.1f}" if c[2] == "tpu" else f"{'':>10}"
             ops_s = f"{ops / layers:>17.1f}" if c[2] == "tpu" else f"{'':>17}"
-            print(f"{batch:>5} {c[0]:>29} {dt * 1e3:>9.1f} {execs_s} {ops_s} {grouped / dt:>13.2f}x "
+            print(f"{batch:>5} {c[0]:>30} {dt * 1e3:>9.1f} {execs_s} {ops_s} {grouped / dt:>13.2f}x "
                   f"{cpu_dt / dt:>6.2f}x {'equal' if torch.equal(toks, ref) else 'DIFFER'}",
                   flush=True)
 

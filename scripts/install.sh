@@ -28,6 +28,13 @@ PY="${PYTHON:-python3}"
 # JAX (optional for users; tests/kernels): torch_tpu.pallas.jax_op exports
 # JAX functions and Pallas kernels to StableHLO. Needs no torch.
 "$PY" -m pip install -q jax==0.10.2 jaxlib==0.10.2
+# tokamax (optional): torch_tpu.hub_kernels.moe's grouped matmuls use
+# tokamax.ragged_dot on tpu (its Mosaic kernel); on XLA:CPU it lowers to a
+# dense masked dot (tokens x experts), so the kernel keeps its own tiles
+# there (tests/kernels/test_moe_experts.py checks both equal). 0.0.12 is the
+# newest usable release (0.1.0 is an empty placeholder); pinning jax/jaxlib
+# keeps it from moving them.
+"$PY" -m pip install -q jax==0.10.2 jaxlib==0.10.2 tokamax==0.0.12
 # Build against the installed torch: no isolated build env (it would
 # download another torch).
 "$PY" -m pip install -q --no-build-isolation --no-deps -e .

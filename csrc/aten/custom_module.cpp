@@ -15,6 +15,11 @@
 //   _C._run_custom_module_handle(handle, inputs, donate) -> [Tensor...]
 //     The same, with the text and outputs registered once (jax_op does this
 //     per shape signature): a call copies no text and builds no cache key.
+//   In fused eager (torch_tpu.fused()) a call without donation joins the
+//   chain being recorded: the module is embedded in the chain's module and
+//   called there (func.call), its outputs pending values of the chain
+//   (fused.h). _C._set_jax_ops_join_fused(False) makes each call end the
+//   chain and run alone instead (returns the previous setting).
 //   _C._register_custom_module_rule(op, callback)
 //     A torch.compile lowering rule (Scope::Graph) for the custom op `op` ("ns::name"):
 //     callback(args) returns the module text for the node's arguments
@@ -25,11 +30,14 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/extension.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 
+#include "aten/call.h"
+#include "aten/fused.h"
 #include "aten/tpu.h"
 
 namespace torch_tpu::aten {
@@ -88,28 +96,36 @@ std::map<size_t, size_t> DonationTargets(const std::vector<at::Tensor>& inputs,
   return targets;
 }
 
-// The wrapper: whole-storage parameters reshaped, one call of the embedded
-// @main, results flattened.
-std::string WrapperText(const std::string& text, const std::vector<at::Tensor>& inputs,
-                        const std::vector<OutputSpec>& outputs,
-                        const std::map<size_t, size_t>& aliases) {
-  hlo::Builder b("jax_op");
+// The module's call on flat storage values: each reshaped to its input's
+// sizes, one func.call of the embedded @main, the results flattened.
+std::vector<Value> EmitModuleCall(hlo::Builder& b, const std::string& text,
+                                  const std::vector<at::Tensor>& inputs, std::vector<Value> flat_inputs,
+                                  const std::vector<OutputSpec>& outputs) {
   std::vector<Value> args;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    ElementType t = ToElementType(inputs[i].scalar_type(), "jax_op input");
-    auto alias = aliases.find(i);
-    std::string attrs =
-        alias == aliases.end() ? "" : "tf.aliasing_output = " + std::to_string(alias->second) + " : i32";
-    Value p = b.Parameter(TensorType{t, {inputs[i].numel()}}, attrs);
-    args.push_back(b.Reshape(p, inputs[i].sizes().vec()));
-  }
+  for (size_t i = 0; i < inputs.size(); ++i) args.push_back(b.Reshape(flat_inputs[i], inputs[i].sizes().vec()));
   std::vector<TensorType> types;
   for (const auto& o : outputs) types.push_back(TensorType{o.dtype, o.shape});
   std::vector<Value> results = b.Call(b.EmbedModule(text), args, types);
   std::vector<Value> flat;
   for (size_t i = 0; i < results.size(); ++i)
     flat.push_back(b.Reshape(results[i], {Numel(outputs[i].shape)}));
-  b.Return(flat);
+  return flat;
+}
+
+// The wrapper run alone: whole-storage parameters, the module's call.
+std::string WrapperText(const std::string& text, const std::vector<at::Tensor>& inputs,
+                        const std::vector<OutputSpec>& outputs,
+                        const std::map<size_t, size_t>& aliases) {
+  hlo::Builder b("jax_op");
+  std::vector<Value> params;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ElementType t = ToElementType(inputs[i].scalar_type(), "jax_op input");
+    auto alias = aliases.find(i);
+    std::string attrs =
+        alias == aliases.end() ? "" : "tf.aliasing_output = " + std::to_string(alias->second) + " : i32";
+    params.push_back(b.Parameter(TensorType{t, {inputs[i].numel()}}, attrs));
+  }
+  b.Return(EmitModuleCall(b, text, inputs, std::move(params), outputs));
   return b.ToText();
 }
 
@@ -133,7 +149,14 @@ std::vector<at::Tensor> DenseInputs(const std::vector<at::Tensor>& inputs) {
     const at::Tensor& t = inputs[i];
     if (GeometryOf(t).whole || t.numel() == 0) {
       dense[i] = t;
+    } else if (Recording()) {
+      // Fused eager: a functional copy, which the chain records (a copy into
+      // a fresh tensor would first zero-fill its storage, an execution).
+      dense[i] = t.clone(at::MemoryFormat::Contiguous);
     } else {
+      // Strict eager: a copy into an exact buffer (a clone may run bounded
+      // dynamic, and its padded result would take one more execution to
+      // compact).
       dense[i] = at::empty(t.sizes(), t.options());
       RunInto(kCopyRule, {t}, dense[i]);
     }
@@ -201,12 +224,38 @@ pjrt::ExecutablePtr ExecutableFor(PreparedModule& m, int device, const std::vect
   return exe;
 }
 
+// Off: a jax_op ends the fused chain and runs alone, as it did before calls
+// joined the chain (_C._set_jax_ops_join_fused; benchmarks compare both).
+std::atomic<bool> g_join_fused{true};
+
+// Fused eager: the call joins the chain being recorded (a donating call runs
+// alone: its inputs' buffers must be free to give away).
+std::optional<std::vector<at::Tensor>> RecordPrepared(const PreparedModule& m, int device,
+                                                      const std::vector<at::Tensor>& dense) {
+  if (!g_join_fused.load()) return std::nullopt;
+  RecordedModule r;
+  r.key = "custom_module|" + m.key;
+  r.device = device;
+  r.inputs = dense;
+  for (const auto& o : m.outputs) r.outputs.push_back(TensorType{o.dtype, o.shape});
+  r.emit = [&](hlo::Builder& b, const std::vector<Value>& flat) {
+    return EmitModuleCall(b, m.text, dense, flat, m.outputs);
+  };
+  std::optional<std::vector<at::Tensor>> out = RecordModule(r);
+  if (out) ++GetRuntime().stats().native_ops["jax_op"];
+  return out;
+}
+
 std::vector<at::Tensor> RunPrepared(PreparedModule& m, const std::vector<at::Tensor>& inputs,
                                     const std::vector<int64_t>& donate) {
-  FlushPending();  // fused eager: recorded ops write the storages read here
   const std::vector<OutputSpec>& outputs = m.outputs;
   int device = DeviceOf(inputs);
   std::vector<at::Tensor> dense = DenseInputs(inputs);
+  if (donate.empty()) {
+    std::optional<std::vector<at::Tensor>> recorded = RecordPrepared(m, device, dense);
+    if (recorded) return *recorded;
+  }
+  FlushPending();  // fused eager: recorded ops write the storages read here
   std::map<size_t, size_t> aliases = DonationTargets(dense, donate, outputs);
   pjrt::ExecutablePtr exe = ExecutableFor(m, device, dense, aliases);
   auto& rt = GetRuntime();
@@ -322,6 +371,7 @@ void RegisterCustomModuleBindings(PyObject* module) {
         py::arg("outputs"));
   m.def("_run_custom_module_handle", &RunCustomModuleHandle, py::arg("handle"), py::arg("inputs"),
         py::arg("donate") = std::vector<int64_t>());
+  m.def("_set_jax_ops_join_fused", [](bool on) { return g_join_fused.exchange(on); });
 }
 
 }  // namespace torch_tpu::aten

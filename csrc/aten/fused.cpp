@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "aten/call.h"
+#include "aten/fused.h"
 
 namespace torch_tpu::aten {
 
@@ -65,6 +66,20 @@ void MarkPending(Recorder& rec, DeviceStorage* s, Value v) {
   s->pending_value = v.id;
 }
 
+// The chain's parameter holding the storage's buffer. A storage whose buffer
+// was replaced outside the chain since it was bound (read as another dtype:
+// its bytes reinterpreted) gets a new parameter: the old one holds the old
+// buffer, of the old type.
+int StorageParameter(Recorder& rec, DeviceStorage* s, const hlo::TensorType& type) {
+  auto it = rec.storage_param.find(s);
+  if (it != rec.storage_param.end() && rec.args[it->second].buffer == s->buffer) return it->second;
+  int index = rec.b->num_parameters();
+  rec.storage_param[s] = index;
+  rec.param_values.push_back(rec.b->Parameter(type));
+  rec.args.push_back(runtime::LaunchParam::Of(s->buffer));
+  return index;
+}
+
 // The module parameter (or pending value) for each plan parameter.
 std::vector<Value> BindParams(Recorder& rec, const Plan& plan, std::string* key) {
   std::vector<Value> params;
@@ -76,14 +91,9 @@ std::vector<Value> BindParams(Recorder& rec, const Plan& plan, std::string* key)
         *key += "v" + std::to_string(st->pending_value) + ",";
         continue;
       }
-      auto it = rec.storage_param.find(st);
-      if (it == rec.storage_param.end()) {
-        it = rec.storage_param.emplace(st, rec.b->num_parameters()).first;
-        rec.param_values.push_back(rec.b->Parameter(ParamType(plan, q)));
-        rec.args.push_back(runtime::LaunchParam::Of(st->buffer));
-      }
-      params.push_back(rec.param_values[it->second]);
-      *key += "p" + std::to_string(it->second) + ",";
+      int index = StorageParameter(rec, st, ParamType(plan, q));
+      params.push_back(rec.param_values[index]);
+      *key += "p" + std::to_string(index) + ",";
       continue;
     }
     int index = rec.b->num_parameters();
@@ -97,6 +107,32 @@ std::vector<Value> BindParams(Recorder& rec, const Plan& plan, std::string* key)
 
 void ClearPending(const std::vector<DeviceStorage*>& storages) {
   for (DeviceStorage* s : storages) s->pending_value = -1;
+}
+
+// The chain's value of each input: its pending value, or a parameter bound
+// to its buffer (compacted, of the input's dtype). Prepares every storage
+// first: preparing one may flush the chain, after which none is pending.
+std::vector<Value> BindInputs(Recorder& rec, const std::vector<at::Tensor>& inputs, std::string* key) {
+  std::vector<hlo::ElementType> types;
+  for (const at::Tensor& t : inputs) {
+    types.push_back(ToElementType(t.scalar_type(), "fused chain input"));
+    if (!PendingUsable(StorageOf(t), types.back())) PrepareStorage(StorageOf(t), types.back());
+  }
+  std::vector<Value> values;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    DeviceStorage* s = StorageOf(inputs[i]);
+    if (PendingUsable(s, types[i])) {
+      values.push_back(PendingValue(s));
+      *key += "v" + std::to_string(s->pending_value) + ",";
+      continue;
+    }
+    PrepareStorage(s, types[i]);  // not pending: never flushes
+    if (!rec.b) rec.b = std::make_unique<hlo::Builder>("fused");
+    int index = StorageParameter(rec, s, hlo::TensorType{s->dtype, {s->buffer_numel()}});
+    values.push_back(rec.param_values[index]);
+    *key += "p" + std::to_string(index) + ",";
+  }
+  return values;
 }
 
 // Runs a taken recording: results are the pending storages' new values
@@ -182,6 +218,32 @@ std::vector<c10::IValue> RecordCall(Call& call) {
   }
   if (rec.num_ops >= MaxChain()) FlushPending();
   return WithUndefined(call, std::move(results));
+}
+
+std::optional<std::vector<at::Tensor>> RecordModule(const RecordedModule& m) {
+  if (!Recording()) return std::nullopt;
+  Recorder& rec = Rec();
+  if (rec.b && rec.device != m.device) FlushPending();
+  std::string key = m.key + "#";
+  std::vector<Value> inputs = BindInputs(rec, m.inputs, &key);
+  if (!rec.b) rec.b = std::make_unique<hlo::Builder>("fused");
+  rec.device = m.device;
+  std::vector<Value> outs = m.emit(*rec.b, inputs);
+  rec.key += key + ";";
+  ++rec.num_ops;
+  std::vector<at::Tensor> results;
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, m.device));
+  for (size_t i = 0; i < m.outputs.size(); ++i) {
+    const hlo::TensorType& type = m.outputs[i];
+    at::Tensor t = at::detail::empty_generic(type.shape, DeviceAllocator(),
+                                             c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                             ToScalarType(type.dtype), std::nullopt);
+    StorageOf(t)->dtype = type.dtype;
+    MarkPending(rec, StorageOf(t), outs.at(i));
+    results.push_back(t);
+  }
+  if (rec.num_ops >= MaxChain()) FlushPending();
+  return results;
 }
 
 void SetFusion(bool enabled) {

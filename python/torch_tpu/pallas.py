@@ -11,6 +11,9 @@ parameters, as the custom op ``torch.ops.ns.name``:
 - inside ``torch.compile(backend="tpu")`` graphs the exported module is
   embedded in the graph's module and called there (``func.call``): one op of
   the graph, no graph break;
+- under fused eager (``torch_tpu.fused()``) a call joins the chain being
+  recorded (its module embedded in the chain's and called there), so it
+  does not end the fused region; a call that donates runs alone;
 - autograd goes through ``jax.vjp`` of the same function (one more exported
   op, ``ns::name_jax_vjp``);
 - ``donate_argnums`` gives those tensor inputs' buffers to the execution for

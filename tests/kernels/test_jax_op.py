@@ -151,6 +151,97 @@ def test_fused_eager():
     np.testing.assert_allclose(_np(out), np.sin(xn * 2) * xn * 2 + 1, **TOL)
 
 
+def _fused_step(x, w):  # noqa: ANN001, ANN202  (ops, jax_ops on pending values and views, ops)
+    y = x * 2
+    h, s = pair(y, w[:, :3])          # a pending input and a view (copied in the chain)
+    z = sin_mul(h, h + 1, 0.5)        # a jax_op reading another's output
+    return (z.sum(dim=0) + s.mean()).relu(), pallas_affine(y[:8] - 1)
+
+
+def _executions(fn):  # noqa: ANN001, ANN202
+    """fn()'s results and the executions it took, warm (run once before)."""
+    fn()
+    torch.tpu.synchronize()
+    before = _stats()["executions"]
+    out = fn()
+    torch.tpu.synchronize()
+    return out, _stats()["executions"] - before
+
+
+def test_fused_eager_jax_ops_join_the_chain():
+    """Under fused eager, jax_ops (tuple outputs, Pallas in interpret mode)
+    join the chain of the ops around them: one execution for the whole step
+    (strict eager: one per op), equal results, the calls still counted."""
+    rng = np.random.default_rng(3)
+    xn, wn = rng.standard_normal((16, 5), np.float32), rng.standard_normal((5, 4), np.float32)
+    x, w = torch.tensor(xn, device="tpu"), torch.tensor(wn, device="tpu")
+    strict, strict_execs = _executions(lambda: _fused_step(x, w))
+    calls = _stats()["native_ops"]["jax_op"]
+    with torch_tpu.fused():
+        fused, fused_execs = _executions(lambda: _fused_step(x, w))
+    assert _stats()["native_ops"]["jax_op"] - calls == 2 * 3
+    assert fused_execs == 1 and strict_execs >= 8, (fused_execs, strict_execs)
+    h = np.tanh(xn * 2 @ wn[:, :3])
+    ref = np.maximum((np.sin(h) * (h + 1) * 0.5).sum(0) + h.sum(-1).mean(), 0)
+    for a, b, r in zip(fused, strict, (ref, (xn[:8] * 2 - 1) * 2 + 1)):
+        np.testing.assert_allclose(_np(a), r, **TOL)
+        np.testing.assert_allclose(_np(a), _np(b), **TOL)
+
+
+def test_fused_eager_backward_and_donation():
+    """Forward and backward (the vjp op) in one fused chain, equal to JAX;
+    a donating jax_op runs alone (its input's buffer is given away) and
+    still consumes the input."""
+    rng = np.random.default_rng(4)
+    xn = rng.standard_normal((4, 6), np.float32)
+    with torch_tpu.fused():
+        x = torch.tensor(xn, device="tpu", requires_grad=True)
+        out = sin_mul(x * 3, x, 2.0)
+        out.sum().backward()
+        acc = torch.ones(4, 6, device="tpu") * 2  # pending: the chain runs first
+        summed = accumulate(acc, out.detach())
+    ref, pullback = jax.vjp(lambda a: jnp.sin(a * 3) * a * 2.0, xn)
+    np.testing.assert_allclose(_np(out), np.asarray(ref), **TOL)
+    np.testing.assert_allclose(_np(x.grad), np.asarray(pullback(np.ones_like(xn))[0]),
+                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(_np(summed), np.asarray(ref) + 2, **TOL)
+    with pytest.raises(RuntimeError, match="(?i)delet|donat"):
+        acc.cpu()
+
+
+def test_fused_eager_jax_op_inputs_zero_size_shared_and_reinterpreted():
+    """Inputs of a recorded jax_op: a zero-size tensor, one tensor passed
+    twice, a storage the chain read as int32 before (its bytes reinterpreted)."""
+    xn = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with torch_tpu.fused():
+        a = torch.tensor(xn, device="tpu") * 1
+        bits = a.view(torch.int32) + 0            # a's storage read as int32
+        empty = sin_mul(torch.zeros(0, 3, device="tpu") + 1, torch.ones(0, 3, device="tpu"))
+        twice = sin_mul(a, a, 1.0)                # a read as float32 again
+    assert empty.shape == (0, 3)
+    assert torch.equal(bits.cpu(), torch.from_numpy(xn.view(np.int32)))
+    np.testing.assert_allclose(_np(twice), np.sin(xn) * xn, **TOL)
+
+
+def test_fused_eager_jax_ops_alone_when_asked():
+    """_C._set_jax_ops_join_fused(False) (what benchmarks compare against):
+    each jax_op ends the chain and runs alone, with the same results."""
+    rng = np.random.default_rng(5)
+    xn, wn = rng.standard_normal((16, 5), np.float32), rng.standard_normal((5, 4), np.float32)
+    x, w = torch.tensor(xn, device="tpu"), torch.tensor(wn, device="tpu")
+    previous = torch_tpu._C._set_jax_ops_join_fused(False)
+    try:
+        with torch_tpu.fused():
+            alone, alone_execs = _executions(lambda: _fused_step(x, w))
+    finally:
+        torch_tpu._C._set_jax_ops_join_fused(previous)
+    with torch_tpu.fused():
+        joined, joined_execs = _executions(lambda: _fused_step(x, w))
+    assert joined_execs == 1 and alone_execs >= 4, (joined_execs, alone_execs)
+    for a, b in zip(alone, joined):
+        np.testing.assert_allclose(_np(a), _np(b), **TOL)
+
+
 def test_donate_argnums_consumes_the_input():
     acc = torch.ones(4, 8, device="tpu")
     x = torch.full((4, 8), 2.0, device="tpu")

@@ -2,7 +2,8 @@
 layer) registered as a Transformers experts implementation, for Transformers'
 own Qwen3-MoE, Mixtral and Gemma 4 experts modules: forward and backward
 equal to Transformers' grouped_mm implementation on the CPU (float32,
-rtol 1e-5 / atol 1e-5), one execution per call, no CPU fallback.
+rtol 1e-5 / atol 1e-5) with either grouped matmul (torch_tpu's tiles,
+tokamax.ragged_dot_general), one execution per call, no CPU fallback.
 """
 from __future__ import annotations
 
@@ -64,18 +65,56 @@ def _inputs(tokens: int, experts: int = 8, top_k: int = 2) -> tuple:
 
 
 @pytest.mark.parametrize("kind", ["qwen3_moe", "mixtral", "gemma4"])
-def test_fused_experts_equal_grouped_mm_forward_and_backward(kind: str) -> None:
+def test_fused_experts_equal_grouped_mm_forward_and_backward(kind: str, grouped: str) -> None:
     moe.register()
     inputs = _inputs(tokens=13)  # uneven groups, some experts empty
     module = _experts(kind)
     assert moe.supports(module)
     ref, ref_grads = _run(_experts(kind), "grouped_mm", "cpu", inputs)
     before = dict(torch_tpu.debug.stats()["fallbacks"])
+    calls = torch_tpu.debug.stats()["native_ops"].get("jax_op", 0)
     out, grads = _run(module, moe.IMPLEMENTATION, "tpu", inputs)
     assert dict(torch_tpu.debug.stats()["fallbacks"]) == before, "a CPU fallback ran"
+    assert torch_tpu.debug.stats()["native_ops"]["jax_op"] - calls == 2  # forward, vjp
     torch.testing.assert_close(out, ref, **TOL)
     for g, r in zip(grads, ref_grads):
         torch.testing.assert_close(g, r, **TOL)
+
+
+def test_tokamax_and_tiles_equal_forward_and_backward() -> None:
+    """Both grouped matmuls on the same inputs (a transposed Gemma-style layout
+    too): equal forward and backward, from different exports (the choice is a
+    static argument of the op, so neither reuses the other's executable)."""
+    pytest.importorskip("tokamax")
+    moe.register()
+    inputs = _inputs(tokens=40)  # more rows than one tile for some experts
+    op = moe._op()[0]._torch_tpu_jax_op
+    try:
+        for kind in ("qwen3_moe", "gemma4"):
+            results = {}
+            for name in ("tiles", "tokamax"):
+                moe.use_grouped_matmul(name)
+                results[name] = _run(_experts(kind), moe.IMPLEMENTATION, "tpu", inputs)
+            texts = {sig[-1][1]: e.text for sig, e in op._exports.items() if sig[0][2] == (40, 32)}
+            assert set(texts) == {"tiles", "tokamax"} and texts["tiles"] != texts["tokamax"]
+            (a, ga), (b, gb) = results["tiles"], results["tokamax"]
+            torch.testing.assert_close(b, a, **TOL)
+            for x, y in zip(gb, ga):
+                torch.testing.assert_close(x, y, **TOL)
+    finally:
+        moe.use_grouped_matmul("auto")
+
+
+def test_grouped_matmul_choice() -> None:
+    """"auto" takes tokamax only where its kernel runs: on XLA:CPU (tokamax
+    falls back to a dense masked dot over all experts) the tiles; a bad name
+    is a clear error."""
+    moe.use_grouped_matmul("auto")
+    platform = torch.tpu.get_platform()
+    expected = "tokamax" if platform in ("tpu", "cuda") and moe._tokamax_installed() else "tiles"
+    assert moe.grouped_matmul() == expected
+    with pytest.raises(ValueError, match="grouped matmul 'dense'"):
+        moe.use_grouped_matmul("dense")
 
 
 def test_one_execution_per_layer_call_and_all_tokens_on_one_expert() -> None:

@@ -62,7 +62,7 @@ class native:  # noqa: N801
 
 
 @pytest.mark.parametrize("kind", ["qwen3_moe", "mixtral"])
-def test_sparse_moe_block_equals_the_module_forward_and_backward(kind: str) -> None:
+def test_sparse_moe_block_equals_the_module_forward_and_backward(kind: str, grouped: str) -> None:
     ref_block, block = _block(kind), _block(kind).to("tpu")
     assert moe.supports_block(block)
     x = torch.randn(3, 5, 32, generator=torch.Generator().manual_seed(1))
@@ -162,6 +162,46 @@ def test_kernelized_qwen3_moe_decodes_cpus_tokens_with_few_executions() -> None:
         model(tokens[:, -1:].to("tpu"))
     # per layer: q/k/v + norms + RoPE, attention, add + RMSNorm, the MoE block
     assert torch_tpu.debug.stats()["native_ops"]["jax_op"] - before == 4 * 2
+
+
+def _decode_step_executions(model, tok, past):
+    """Executions and jax_op calls of one warm decode step (after a first one)."""
+    with torch.no_grad():
+        for _ in range(2):
+            stats = torch_tpu.debug.stats()
+            e0, k0 = stats["executions"], stats["native_ops"].get("jax_op", 0)
+            out = model(tok, past_key_values=past, use_cache=True)
+            tok = out.logits[:, -1].argmax(-1, keepdim=True)
+            torch.tpu.synchronize()
+    stats = torch_tpu.debug.stats()
+    return tok.cpu(), stats["executions"] - e0, stats["native_ops"]["jax_op"] - k0
+
+
+def test_kernelized_decode_step_under_fused_eager_joins_the_kernels() -> None:
+    """Under fused eager the kernels (4 jax_ops per layer) join the chain of
+    the ops around them: a decode step runs in fewer executions than it has
+    kernel calls, and fewer than with each kernel running alone; the same
+    tokens as strict eager."""
+    from transformers import Qwen3MoeForCausalLM
+
+    torch.manual_seed(0)
+    model = dense.kernelize_dense(Qwen3MoeForCausalLM(_qwen3_moe_config()).eval().to("tpu"))
+    ids = torch.randint(0, 128, (4, 6), generator=torch.Generator().manual_seed(3)).to("tpu")
+    runs = {}
+    for name, fuse, join in (("strict", False, True), ("alone", True, False), ("joined", True, True)):
+        previous = torch_tpu._C._set_jax_ops_join_fused(join)
+        try:
+            with torch_tpu.fused(fuse), torch.no_grad():
+                out = model(ids, use_cache=True)
+                tok = out.logits[:, -1].argmax(-1, keepdim=True)
+                runs[name] = _decode_step_executions(model, tok, out.past_key_values)
+        finally:
+            torch_tpu._C._set_jax_ops_join_fused(previous)
+    (tokens, strict, kernels), (_, alone, _), (fused_tokens, joined, fused_kernels) = \
+        runs["strict"], runs["alone"], runs["joined"]
+    assert kernels == fused_kernels == 4 * 2
+    assert torch.equal(fused_tokens, tokens)
+    assert joined < kernels < alone < strict, (joined, kernels, alone, strict)
 
 
 def test_sparse_moe_block_inside_torch_compile() -> None:

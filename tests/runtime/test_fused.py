@@ -49,6 +49,23 @@ def test_views_and_inplace_inside_a_chain():
         torch.testing.assert_close(g, e)
 
 
+def test_a_storage_read_as_another_dtype_mid_chain():
+    """A storage the chain holds as a parameter, then read as another dtype
+    (a view(dtype): its bytes are reinterpreted, a new buffer), then read
+    again as its own dtype: the later read sees the float values, not the
+    first parameter's int32 bits converted."""
+    def program(dev):
+        a = torch.arange(6, dtype=torch.float32, device=dev).reshape(2, 3) * 1
+        b = a.view(torch.int32) + 0
+        return b, a + 1
+
+    ref = program("cpu")
+    with torch_tpu.fused():
+        out = program("tpu")
+    for o, r in zip(out, ref):
+        assert torch.equal(o.cpu(), r)
+
+
 def test_sync_points_inside_fused_mode():
     with torch_tpu.fused():
         x = torch.ones(5, device="tpu") * 3

@@ -19,6 +19,13 @@ output. The backward (``jax.custom_vjp``) differentiates the whole-array form:
 ``ceil(S / tile) + min(E, S)`` tiles (a static count), one batched
 ``tile x K @ K x N`` product per projection against the gathered weights.
 
+Where ``tokamax`` is installed and its ragged-dot kernel runs (the ``tpu``
+platform: Mosaic; ``cuda``: Triton), both grouped matmuls are
+``tokamax.ragged_dot_general`` instead (forward and backward through its own
+vjp): ``grouped_matmul()`` says which one runs, ``use_grouped_matmul(name)``
+chooses. On XLA:CPU tokamax lowers to a dense masked dot over all experts
+(tokens x experts work), so the tiles run there.
+
 ``sparse_moe_block(block, hidden, residual)`` (``torch_tpu_kernels::moe_block``)
 is the whole sparse MoE block of Qwen3-MoE / Mixtral, router included (linear,
 float32 softmax, top-k, optional renormalisation), plus the residual add: ONE
@@ -38,6 +45,7 @@ layouts run Transformers' ``grouped_mm`` implementation unchanged.
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Any, Optional
 
 import torch
@@ -45,7 +53,7 @@ import torch
 from . import kernel_op
 
 __all__ = ["IMPLEMENTATION", "experts_forward", "register", "supports", "supports_block",
-           "sparse_moe_block"]
+           "sparse_moe_block", "grouped_matmul", "use_grouped_matmul"]
 
 #: The name under which :func:`register` adds the implementation.
 IMPLEMENTATION = "torch_tpu_fused"
@@ -78,6 +86,64 @@ def supports(module: Any) -> bool:
             and _activation(module) is not None and hasattr(module, "gate_up_proj"))
 
 
+#: Platforms where tokamax's ragged dot has a kernel of its own (elsewhere it
+#: falls back to XLA's ragged_dot, a dense masked dot on XLA:CPU).
+_TOKAMAX_PLATFORMS = ("tpu", "cuda")
+_GROUPED = ["auto"]  # use_grouped_matmul's choice
+
+
+def use_grouped_matmul(name: str) -> None:
+    """Chooses the grouped matmul of the kernels: ``"tokamax"``
+    (``tokamax.ragged_dot_general``; raises ImportError without tokamax),
+    ``"tiles"`` (torch_tpu's own lowering) or ``"auto"`` (the default: tokamax
+    where its kernel runs, see :func:`grouped_matmul`)."""
+    if name not in ("auto", "tokamax", "tiles"):
+        raise ValueError(f"torch_tpu moe: grouped matmul {name!r}; choose 'auto', 'tokamax' "
+                         "or 'tiles'")
+    if name == "tokamax":
+        _tokamax()
+    _GROUPED[0] = name
+
+
+@functools.cache
+def _tokamax_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("tokamax") is not None
+
+
+def _tokamax() -> Any:
+    try:
+        import tokamax
+    except ImportError as e:
+        raise ImportError("torch_tpu moe: the 'tokamax' grouped matmul needs tokamax "
+                          f"({e}); pip install tokamax==0.0.12") from e
+    from absl import flags  # tokamax's dependency
+
+    if not flags.FLAGS.is_parsed():
+        # tokamax reads its config from absl flags, parsing sys.argv on first
+        # use: the host program's own options (pytest -q, --batch) would be
+        # "unknown flags". Parse none, as tokamax's own tests do.
+        flags.FLAGS(sys.argv[:1])
+    return tokamax
+
+
+def grouped_matmul() -> str:
+    """The grouped matmul the kernels use now: ``"tokamax"`` if chosen, or under
+    ``"auto"`` when tokamax is installed and the platform is one where its
+    kernel runs (tpu, cuda); ``"tiles"`` otherwise."""
+    if _GROUPED[0] != "auto":
+        return _GROUPED[0]
+    import torch_tpu  # noqa: F401  (torch.tpu)
+
+    platform = torch.tpu.get_platform()
+    _AUTO[0] = "tokamax" if platform in _TOKAMAX_PLATFORMS and _tokamax_installed() else "tiles"
+    return _AUTO[0]
+
+
+_AUTO = ["tiles"]  # what "auto" resolved to (grouped_matmul())
+
+
 def _tile_rows(rows: int, experts: int) -> int:
     """Rows per tile: about the mean rows per expert, a power of two in [8, 256]."""
     mean = max(1, -(-rows // experts))
@@ -91,6 +157,8 @@ def _op() -> Any:
     import numpy as np
 
     from torch_tpu.pallas import jax_op
+
+    grouped_matmul()  # resolves "auto" for _grouped()
 
     def grouped(x: Any, w: Any, sizes: Any, tile: int, transposed: bool) -> Any:
         """Rows of ``x`` (sorted by expert, ``sizes`` rows each) times their expert's ``w``.
@@ -209,18 +277,43 @@ def _op() -> Any:
 
     experts.defvjp(experts_fwd, experts_bwd)
 
+    def ragged(x: Any, w: Any, sizes: Any, transposed: bool) -> Any:
+        """tokamax's grouped matmul: rows of ``x`` (sorted) times their expert's
+        ``w``, read as (E, K, N) if ``transposed`` else (E, N, K)."""
+        numbers = jax.lax.RaggedDotDimensionNumbers(
+            dot_dimension_numbers=(([1], [1 if transposed else 2]), ([], [])),
+            lhs_ragged_dimensions=[0], rhs_group_dimensions=[0])
+        y = _tokamax().ragged_dot_general(x, w, sizes, numbers,
+                                          preferred_element_type=jnp.float32)
+        return y.astype(x.dtype)
+
+    def experts_tokamax(hidden: Any, top_k_index: Any, top_k_weights: Any, gate_up_proj: Any,
+                        down_proj: Any, activation: str, transposed: bool) -> Any:
+        """The experts forward on tokamax.ragged_dot_general (backward: its vjp)."""
+        tokens, top_k = top_k_index.shape
+        perm, sizes, _ = sort_by_expert(top_k_index, gate_up_proj.shape[0])
+        h = ragged(hidden[perm // top_k], gate_up_proj, sizes, transposed)
+        gate, up = jnp.split(h, 2, axis=-1)
+        h = (acts[activation](gate) * up).astype(hidden.dtype)
+        y = ragged(h, down_proj, sizes, transposed).astype(jnp.float32)
+        y = y * top_k_weights.reshape(-1)[perm].astype(jnp.float32)[:, None]
+        y = y[jnp.argsort(perm)]  # back to (token, k) order
+        return y.reshape(tokens, top_k, -1).sum(axis=1).astype(hidden.dtype)
+
+    paths = {"tiles": experts, "tokamax": experts_tokamax}
+
     @jax_op("torch_tpu_kernels::moe_experts")
     def moe_experts(hidden: jax.Array, top_k_index: jax.Array, top_k_weights: jax.Array,
                     gate_up_proj: jax.Array, down_proj: jax.Array, activation: str,
-                    transposed: bool) -> jax.Array:
-        return experts(hidden, top_k_index, top_k_weights, gate_up_proj, down_proj,
-                       activation, transposed)
+                    transposed: bool, grouped: str = "tiles") -> jax.Array:
+        return paths[grouped](hidden, top_k_index, top_k_weights, gate_up_proj, down_proj,
+                              activation, transposed)
 
     @jax_op("torch_tpu_kernels::moe_block")
     def moe_block(hidden: jax.Array, router_weight: jax.Array, gate_up_proj: jax.Array,
                   down_proj: jax.Array, residual: Optional[jax.Array], top_k: int,
                   norm_topk_prob: bool, cast_scores: bool, activation: str,
-                  transposed: bool) -> jax.Array:
+                  transposed: bool, grouped: str = "tiles") -> jax.Array:
         """Router (linear, float32 softmax, top-k, optional renormalisation, cast
         back) + experts (+ residual add): a whole sparse MoE block."""
         shape = hidden.shape
@@ -232,11 +325,17 @@ def _op() -> Any:
         if norm_topk_prob:
             top = top / jnp.sum(top, axis=-1, keepdims=True)
         top = top.astype(x.dtype) if cast_scores else top
-        y = experts(x, index, top, gate_up_proj, down_proj, activation,
-                    transposed).reshape(shape)
+        y = paths[grouped](x, index, top, gate_up_proj, down_proj, activation,
+                           transposed).reshape(shape)
         return y if residual is None else residual + y
 
     return moe_experts, moe_block
+
+
+def _grouped() -> str:
+    """grouped_matmul() as a plain read (torch.compile traces this; ``_op()``,
+    which registers the ops, resolved "auto")."""
+    return _GROUPED[0] if _GROUPED[0] != "auto" else _AUTO[0]
 
 
 def experts_forward(self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
@@ -250,7 +349,7 @@ def experts_forward(self: Any, hidden_states: torch.Tensor, top_k_index: torch.T
         _op()  # registers the op (torch.compile then sees torch.ops.torch_tpu_kernels.*)
     return kernel_op("moe_experts")(
         hidden_states, top_k_index, top_k_weights, self.gate_up_proj, self.down_proj,
-        _activation(self), bool(self.is_transposed))
+        _activation(self), bool(self.is_transposed), _grouped())
 
 
 #: Router classes whose forward the fused block computes: name -> (renormalise
@@ -287,7 +386,8 @@ def sparse_moe_block(block: Any, hidden_states: torch.Tensor,
     norm = bool(gate.norm_topk_prob) if norm is None else norm
     return kernel_op("moe_block")(
         hidden_states, gate.weight, experts.gate_up_proj, experts.down_proj, residual,
-        int(gate.top_k), norm, cast, _activation(experts), bool(experts.is_transposed))
+        int(gate.top_k), norm, cast, _activation(experts), bool(experts.is_transposed),
+        _grouped())
 
 
 def register(name: str = IMPLEMENTATION) -> str:
