@@ -356,8 +356,9 @@ bool Eligible(const Call& call) {
 }
 
 // How far a call's sizes are from a variant: the sum of |log(size ratio)|
-// over its static dims that differ; infinity when one differs by more than
-// 2x (another family of calls).
+// over its static dims that differ; infinity when one differs by 2x or more
+// (another family of calls: grouped-query attention's q and k, 4 and 2
+// heads, share elementwise signatures and must not pad their heads).
 double Distance(const SizeVariant& v, const Plan& plan) {
   double far = 0;
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
@@ -365,14 +366,14 @@ double Distance(const SizeVariant& v, const Plan& plan) {
     for (size_t d = 0; d < sizes.size(); ++d) {
       int64_t a = sizes[d], b = v.first[i][d];
       if (a == b || v.dynamic[i][d]) continue;
-      if (a <= 1 || b <= 1 || a > 2 * b || b > 2 * a) return std::numeric_limits<double>::infinity();
+      if (a <= 1 || b <= 1 || a >= 2 * b || b >= 2 * a) return std::numeric_limits<double>::infinity();
       far += std::abs(std::log(static_cast<double>(a) / static_cast<double>(b)));
     }
   }
   return far;
 }
 
-// The variant a call belongs to: the nearest one within 2x in every dim
+// The variant a call belongs to: the nearest one under 2x in every dim
 // that differs, else a new one (its first sizes: static). Past 16 variants
 // the nearest (a signature called at many unrelated sizes).
 SizeVariant& VariantOf(SignatureState& st, const Plan& plan) {
