@@ -13,7 +13,7 @@ on one executable per op, from the first call.
 
 A second scenario: a tiny 2-layer Llama (hidden 64, random weights, no hub)
 greedy-generating 8 tokens (DynamicCache) from prompts of new lengths after
-warm-up prompts of lengths 9, 10 and 14, then from batches of new sizes after
+warm-up prompts of lengths 33, 34 and 38, then from batches of new sizes after
 warm-up batches of 4 and 5: compiles and wall time of each new shape, CPU
 eager's time for the same generate(), whether the tokens equal CPU's, the
 repeat call of the same prompt (warm: nothing compiles; what the padding
@@ -91,10 +91,10 @@ def child():
     print(json.dumps(rows))
 
 
-LLAMA_WARM = (9, 10, 14)  # 14: the KV cache reaches 21 (bucket 22)
-LLAMA_NEW = (11, 12, 13)  # new prompt lengths inside the warm buckets
-BATCH_WARM = (4, 5)       # batch 5 makes the batch dim dynamic (bucket 16)
-BATCH_NEW = (3, 6, 7)     # new batch sizes (prompt length 10)
+LLAMA_WARM = (33, 34, 38)  # 38: the KV cache reaches 45 (bucket 48)
+LLAMA_NEW = (35, 36, 37)   # new prompt lengths inside the warm buckets
+BATCH_WARM = (4, 5)        # batch 5 makes the batch dim dynamic (bucket 16)
+BATCH_NEW = (3, 6, 7)      # new batch sizes (prompt length 34)
 
 
 def child_llama():
@@ -120,7 +120,7 @@ def child_llama():
 
     rows = []
     shapes = [(1, n, n in LLAMA_NEW) for n in LLAMA_WARM + LLAMA_NEW]
-    shapes += [(b, 10, b in BATCH_NEW) for b in BATCH_WARM + BATCH_NEW]
+    shapes += [(b, 34, b in BATCH_NEW) for b in BATCH_WARM + BATCH_NEW]
     for b, n, report in shapes:
         ids = torch.randint(2, 256, (b, n), generator=torch.Generator().manual_seed(n + 100 * b))
         t = time.perf_counter()
@@ -166,7 +166,7 @@ def main():
             print(f"{mode:>6} {r['n']:>4} {r['compiles']:>8} {r['seconds']:>8.4f} {r['cpu_seconds']:>8.4f} "
                   f"{r['seconds'] / r['cpu_seconds']:>6.1f}x {r['warm_seconds']:>8.4f} {r['max_err']:>8.1e}")
     print(f"\ntiny Llama (2 layers, hidden 64) generate 8 tokens (DynamicCache); batch 1 warmed at prompt "
-          f"lengths {LLAMA_WARM}, then prompt length 10 warmed at batch sizes {BATCH_WARM}")
+          f"lengths {LLAMA_WARM}, then prompt length 34 warmed at batch sizes {BATCH_WARM}")
     print(f"{'mode':>5} {'b':>3} {'len':>4} {'compiles':>8} {'first s':>8} {'cpu s':>8} {'ratio':>7} {'warm s':>8} "
           f"{'peak KiB':>9} {'tokens':>8}")
     results = {mode: run_child(mode, "--child-llama") for mode in ("0", "auto")}
