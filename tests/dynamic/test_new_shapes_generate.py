@@ -12,12 +12,7 @@ import torch_tpu
 from torch_tpu import debug
 
 
-@pytest.fixture(autouse=True)
-def auto_mode():
-    before = torch_tpu._C._dynamic_shapes()
-    torch_tpu.dynamic.set_mode("auto")
-    yield
-    torch_tpu.dynamic.set_mode(before)
+pytestmark = pytest.mark.usefixtures("auto_dynamic_shapes")  # conftest.py
 
 
 def test_fills_and_copies_of_fresh_tensors_stop_compiling():

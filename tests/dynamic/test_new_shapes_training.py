@@ -5,16 +5,10 @@ import pytest
 import torch
 import torch.nn as nn
 
-import torch_tpu
 from torch_tpu import debug
 
 
-@pytest.fixture(autouse=True)
-def auto_mode():
-    before = torch_tpu._C._dynamic_shapes()
-    torch_tpu.dynamic.set_mode("auto")
-    yield
-    torch_tpu.dynamic.set_mode(before)
+pytestmark = pytest.mark.usefixtures("auto_dynamic_shapes")  # conftest.py
 
 
 def make():
