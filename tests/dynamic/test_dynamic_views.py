@@ -139,3 +139,18 @@ def test_cat_after_a_static_first_operand():
         got = torch.cat([torch.ones(1).to("tpu"), x.to("tpu") * 2.0, torch.zeros(2).to("tpu")])
         torch.testing.assert_close(got.cpu(), torch.cat([torch.ones(1), x * 2.0, torch.zeros(2)]),
                                    rtol=0, atol=0)
+
+
+def test_grouped_query_heads_are_never_padded():
+    # q (4 heads) and k (2 heads) share the elementwise signatures of RoPE (mul, add): a
+    # head count 2x another starts its own size variant, so only the sequence is padded.
+    torch.manual_seed(5)
+    for s in (33, 34, 35):
+        q, k, c = torch.randn(1, 4, s, 16), torch.randn(1, 2, s, 16), torch.randn(1, 1, s, 16)
+        dq, dk, dc = q.to("tpu"), k.to("tpu"), c.to("tpu")
+        rq, rk = dq * dc + dq, dk * dc + dk
+        if s > 33:  # dynamic from the second length: heads kept, sequence at bucket 36
+            assert torch_tpu._C._padded_shape(rq) == [1, 4, 36, 16], torch_tpu._C._padded_shape(rq)
+            assert torch_tpu._C._padded_shape(rk) == [1, 2, 36, 16], torch_tpu._C._padded_shape(rk)
+        torch.testing.assert_close(rq.cpu(), q * c + q)
+        torch.testing.assert_close(rk.cpu(), k * c + k)
