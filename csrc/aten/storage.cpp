@@ -104,6 +104,7 @@ at::Tensor RealElements(const DeviceStorage& s) {
 // would stall the queue on every call.
 void CompactStorage(DeviceStorage* s) {
   if (!s->padded()) return;
+  if (s->real_shape == s->padded_shape) return s->Set(s->buffer);  // sizes at their bucket: no padding
   hlo::ElementType t = s->dtype;
   std::string key = std::string("compact|") + hlo::Name(t) + "|" + hlo::Ints(s->real_shape) + "|" +
                     hlo::Ints(s->padded_shape);
@@ -118,7 +119,7 @@ void CompactStorage(DeviceStorage* s) {
 }
 
 void DownloadStorage(const DeviceStorage& s, void* dst) {
-  if (!s.padded()) return GetRuntime().Download(*s.buffer, dst, s.nbytes);
+  if (!s.padded() || s.real_shape == s.padded_shape) return GetRuntime().Download(*s.buffer, dst, s.nbytes);
   std::memcpy(dst, RealElements(s).data_ptr(), s.nbytes);
 }
 

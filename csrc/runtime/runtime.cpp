@@ -501,7 +501,6 @@ void CountPaddingBytes(int device, int64_t delta) {
 }  // namespace
 
 void DeviceStorage::SetPadded(pjrt::BufferPtr b, std::vector<int64_t> real, std::vector<int64_t> padded) {
-  if (real == padded) return Set(std::move(b));  // sizes at their bucket: nothing padded
   int64_t before = padding_bytes();
   buffer = std::move(b);
   real_shape = std::move(real);

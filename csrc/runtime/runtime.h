@@ -28,9 +28,11 @@ pjrt::BufferType ToPjrt(hlo::ElementType t);
 // writes replace it. No buffer yet means never written (reads see zeros).
 // A bounded-dynamic op's result keeps its bucket-sized buffer: `padded_shape`
 // (the bucket), the real `real_shape` elements at the front of each dim (row
-// major), so the next dynamic op takes it as it is. Strict-eager plans slice
-// the real elements out; everything else compacts it first (PrepareStorage).
-// nbytes stays PyTorch's size.
+// major), so the next dynamic op takes it as it is; also when the sizes sit
+// at their bucket (no padding, but the same layout: exact ops reading a
+// window of it keep one key for every size of the bucket). Strict-eager plans
+// slice the real elements out; everything else compacts it first
+// (PrepareStorage). nbytes stays PyTorch's size.
 struct DeviceStorage {
   int device = 0;
   size_t nbytes = 0;
