@@ -155,11 +155,12 @@ const std::unordered_set<std::string>& DynamicOps() {
       "fill_.Scalar", "fill_.Tensor", "zero_", "copy_convert", "add_.Tensor", "sub_.Tensor",
       "mul_.Tensor", "div_.Tensor", "add_.Scalar", "sub_.Scalar", "mul_.Scalar", "div_.Scalar",
       "masked_fill_.Scalar", "clamp_",
-      // training: elementwise backward, softmax backward, losses, layer norm
-      // (OpStaticDims keeps the dims they count static)
+      // training: elementwise backward, softmax backward, losses (OpStaticDims
+      // keeps the dims they count static). Not layer norm: dynamic, it gave
+      // wrong embedding gradients in 8 Transformers models (bloom, roberta,
+      // ...) and a wrong wav2vec2 loss after other tests; cause not found.
       "gelu_backward", "silu_backward", "threshold_backward", "tanh_backward", "sigmoid_backward",
       "_softmax_backward_data", "_log_softmax_backward_data", "nll_loss_forward", "nll_loss_backward",
-      "native_layer_norm", "native_layer_norm_backward",
   };
   return ops;
 }
@@ -471,19 +472,12 @@ void StaticDims(const Call& call, size_t a, int64_t from, CallHints* hints) {
 }
 
 // Dims a rule counts with a static size stay static (the rest is masked by
-// XLA's padder): attention's head dims (AttentionDims), layer norm's
-// normalized dims (it divides by their element count), nll_loss's classes
+// XLA's padder): attention's head dims (AttentionDims), nll_loss's classes
 // (its target range check).
 bool OpStaticDims(const Call& call, const std::vector<c10::IValue>& args, CallHints* hints) {
   const std::string& name = call.desc->name;
   if (name == "_scaled_dot_product_efficient_attention") return AttentionDims(call, args, hints);
-  auto normalized = [&](size_t arg) { return args.size() > arg ? -static_cast<int64_t>(args[arg].toIntVector().size()) : 0; };
-  if (name == "native_layer_norm") {
-    StaticDims(call, 0, normalized(1), hints);
-  } else if (name == "native_layer_norm_backward") {
-    StaticDims(call, 0, normalized(2), hints);
-    StaticDims(call, 1, normalized(2), hints);
-  } else if (name == "nll_loss_forward" || name == "nll_loss_backward") {
+  if (name == "nll_loss_forward" || name == "nll_loss_backward") {
     const size_t self = name == "nll_loss_forward" ? 0 : 1;
     StaticDims(call, self, args.at(self).toTensor().dim() >= 2 ? 1 : 0, hints);  // [N, C] or [C]
   }
