@@ -1057,6 +1057,8 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
       dc = nullptr;  // XLA cannot pad this module: exact shapes for the signature
     } catch (const c10::Error&) {
       dc = nullptr;  // the meta kernel refuses the bucket's sizes
+    } catch (const std::exception&) {
+      dc = nullptr;  // ... a Python one (a decomposition such as addmm's) raises python_error
     }
     if (!dc) {
       // A hint's layout failing leaves the signature's automatic policy alone.

@@ -128,6 +128,20 @@ def test_mode_one_is_dynamic_from_the_first_call():
     assert s["compiles"] == 1 and s["dynamic_executables"] == 1 and s["dynamic_hits"] == 3, s
 
 
+def test_mode_one_linear_whose_weight_stays_static():
+    # In mode 1 the input's contraction dim (31) pads to 36 but the weight, a parameter,
+    # stays 31: addmm's Python meta kernel refuses the bucket's sizes (python_error), so
+    # the call runs exact instead of raising.
+    torch.manual_seed(4)
+    lin = torch.nn.Linear(31, 24)
+    dev = torch.nn.Linear(31, 24).to("tpu")
+    dev.load_state_dict(lin.state_dict())
+    with dynamic.dynamic_shapes("1"):
+        for n in (5, 6):
+            x = torch.randn(n, 31)
+            torch.testing.assert_close(dev(x.to("tpu")).detach().cpu(), lin(x).detach(), rtol=1e-5, atol=1e-5)
+
+
 def test_storages_and_views_keep_pytorch_semantics():
     debug.reset_stats()
     for n in (5, 6, 7):
