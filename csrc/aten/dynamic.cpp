@@ -459,16 +459,13 @@ bool AttentionDims(const Call& call, const std::vector<c10::IValue>& args, CallH
   return true;
 }
 
-// Marks dims [from, rank) (from < 0: counted from the end) of schema arg
-// `a`'s tensor static.
-void StaticDims(const Call& call, size_t a, int64_t from, CallHints* hints) {
+// Marks dims [from, rank) of schema arg `a`'s tensor static.
+void StaticDims(const Call& call, size_t a, size_t from, CallHints* hints) {
   if (a >= call.plan.args.size()) return;
   const ArgPlan& ap = call.plan.args[a];
   if (ap.kind != Arg::Kind::Tensor || ap.tensors.empty() || ap.tensors[0] < 0) return;
   auto& dims = (*hints)[ap.tensors[0]];
-  const int64_t rank = static_cast<int64_t>(dims.size());
-  for (int64_t d = from < 0 ? std::max<int64_t>(rank + from, 0) : from; d < rank; ++d)
-    dims[d] = DimHint{false, -1, -1};
+  for (size_t d = from; d < dims.size(); ++d) dims[d] = DimHint{false, -1, -1};
 }
 
 // Dims a rule counts with a static size stay static (the rest is masked by
@@ -675,17 +672,19 @@ void AppendReadKey(const ViewRead& r, const std::vector<bool>& dyn, std::string*
   }
 }
 
+// An input's sizes in the executable, the dynamic ones marked.
+void AppendBucketKey(const std::vector<int64_t>& bucket, const std::vector<bool>& dyn, std::string* key) {
+  for (size_t d = 0; d < bucket.size(); ++d) *key += (dyn[d] ? "<" : "") + std::to_string(bucket[d]) + ",";
+}
+
 std::string DynamicKey(const std::string& sig, const Plan& plan, const DynamicLayout& lay) {
   std::string key = "dyn|" + sig + "|";
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
-    const auto& bucket = lay.in_bucket[i];
-    if (lay.overwritten[plan.inputs[i].storage]) {  // its type only
-      for (size_t d = 0; d < bucket.size(); ++d)
-        key += (lay.in_dynamic[i][d] ? "<" : "") + std::to_string(bucket[d]) + ",";
+    if (lay.overwritten[plan.inputs[i].storage]) {  // read for its type only
+      AppendBucketKey(lay.in_bucket[i], lay.in_dynamic[i], &key);
       key += "/o";
     } else if (lay.reads[i]) {
-      for (size_t d = 0; d < bucket.size(); ++d)
-        key += (lay.in_dynamic[i][d] ? "<" : "") + std::to_string(bucket[d]) + ",";
+      AppendBucketKey(lay.in_bucket[i], lay.in_dynamic[i], &key);
       key += "/";
       AppendReadKey(*lay.reads[i], lay.in_dynamic[i], &key);
     } else {

@@ -26,36 +26,39 @@ int RowsArg(const std::string& op) {
   return -1;
 }
 
-// The buffer's rows when `in` is a whole [r, k] view of a padded storage
-// whose last dims (k elements) are unpadded and whose outer dims (two or
-// more) hold the r rows; -1 otherwise.
-int64_t PaddedRows(const TensorIn& in, const runtime::DeviceStorage& s) {
+// How a whole [r, k] view folds a padded storage's dims: its first `dims`
+// dims hold the r rows (`buffer_rows` of them in the buffer), the others the
+// k unpadded elements of a row.
+struct RowFold {
+  size_t dims = 0;
+  int64_t buffer_rows = 1;
+};
+
+// The fold when two or more row dims are not 1 (with one, dynamic.cpp reads
+// the view: a padded dim merged with the unpadded ones inside it, also when
+// the sizes sit at their bucket); nullopt otherwise.
+std::optional<RowFold> PaddedRows(const TensorIn& in, const runtime::DeviceStorage& s) {
   const auto& g = in.geometry;
-  if (!s.padded() || !g.whole || g.sizes.size() != 2) return -1;
+  if (!s.padded() || !g.whole || g.sizes.size() != 2) return std::nullopt;
   int64_t inner = 1;
   size_t d = s.real_shape.size();
   while (d > 0 && inner < g.sizes[1]) {
     --d;
-    if (s.real_shape[d] != s.padded_shape[d]) return -1;
+    if (s.real_shape[d] != s.padded_shape[d]) return std::nullopt;
     inner *= s.real_shape[d];
   }
-  if (inner != g.sizes[1] || d == 0) return -1;
-  int64_t rows = 1, row_dims = 0;
+  if (inner != g.sizes[1] || d == 0) return std::nullopt;
+  RowFold fold{d, 1};
+  int64_t row_dims = 0;
   for (size_t j = 0; j < d; ++j) {
-    rows *= s.padded_shape[j];
+    fold.buffer_rows *= s.padded_shape[j];
     row_dims += s.padded_shape[j] > 1;
   }
-  // One row dim: dynamic.cpp reads the view (a padded dim merged with the
-  // unpadded ones inside it), also when the sizes sit at their bucket.
-  return row_dims >= 2 ? rows : -1;
+  return row_dims >= 2 ? std::optional<RowFold>(fold) : std::nullopt;
 }
 
-struct RowsCompiled {
-  pjrt::ExecutablePtr exe;
-};
-
-std::unordered_map<std::string, RowsCompiled>& Executables() {
-  static auto* m = new std::unordered_map<std::string, RowsCompiled>();
+std::unordered_map<std::string, pjrt::ExecutablePtr>& Executables() {
+  static auto* m = new std::unordered_map<std::string, pjrt::ExecutablePtr>();
   return *m;
 }
 
@@ -84,6 +87,29 @@ std::string BuildRowsModule(const Call& call, int input, int64_t rows) {
   return b.ToText();
 }
 
+// The executable of the call on `rows` buffer rows of input `input`
+// (nullptr: the rule cannot run that way).
+pjrt::Executable* RowsExecutable(const Call& call, int input, int64_t rows) {
+  std::string key = RowsKey(call.plan, input);
+  auto& cache = Executables();
+  auto found = cache.find(key);
+  if (found != cache.end()) {
+    CountDynamicHit();
+    return found->second.get();
+  }
+  std::string text;
+  try {
+    text = BuildRowsModule(call, input, rows);
+  } catch (const lowering::Unsupported&) {
+    return nullptr;
+  }
+  int64_t compiles = GetRuntime().stats().compiles;
+  pjrt::ExecutablePtr exe = GetRuntime().GetOrCompile(key, call.plan.device, [&] { return text; });
+  if (GetRuntime().stats().compiles != compiles) CountCompile(call.desc->name, true);
+  CountDynamicExecutable();
+  return (cache[key] = exe).get();
+}
+
 }  // namespace
 
 std::optional<std::vector<c10::IValue>> RunOnPaddedRows(const Call& call) {
@@ -95,43 +121,22 @@ std::optional<std::vector<c10::IValue>> RunOnPaddedRows(const Call& call) {
   if (ap.kind != lowering::Arg::Kind::Tensor || ap.tensors.empty() || ap.param >= 0) return std::nullopt;
   const int input = ap.tensors[0];
   const runtime::DeviceStorage& storage = *plan.storages[plan.inputs[input].storage];
-  const int64_t rows = PaddedRows(plan.inputs[input], storage);
-  if (rows < 0 || call.specs[0].strides != lowering::ContiguousStrides(call.specs[0].sizes)) return std::nullopt;
+  const std::optional<RowFold> fold = PaddedRows(plan.inputs[input], storage);
+  if (!fold || call.specs[0].strides != lowering::ContiguousStrides(call.specs[0].sizes)) return std::nullopt;
   for (size_t i = 0; i < plan.inputs.size(); ++i)  // the other operands: read as exact ops read them
     if (static_cast<int>(i) != input && plan.inputs[i].storage == plan.inputs[input].storage) return std::nullopt;
-  std::string key = RowsKey(plan, input);
-  auto& cache = Executables();
-  auto found = cache.find(key);
-  if (found == cache.end()) {
-    std::string text;
-    try {
-      text = BuildRowsModule(call, input, rows);
-    } catch (const lowering::Unsupported&) {
-      return std::nullopt;
-    }
-    int64_t compiles = GetRuntime().stats().compiles;
-    pjrt::ExecutablePtr exe = GetRuntime().GetOrCompile(key, plan.device, [&] { return text; });
-    if (GetRuntime().stats().compiles != compiles) CountCompile(call.desc->name, true);
-    CountDynamicExecutable();
-    found = cache.emplace(key, RowsCompiled{exe}).first;
-  } else {
-    CountDynamicHit();
-  }
+  pjrt::Executable* exe = RowsExecutable(call, input, fold->buffer_rows);
+  if (!exe) return std::nullopt;
   runtime::Launch launch;
-  launch.exe = found->second.exe.get();
+  launch.exe = exe;
   launch.device = plan.device;
   launch.op = &call.desc->name;
   for (const Param& q : plan.params) launch.params.push_back(LaunchValue(plan, q));
   std::vector<pjrt::BufferPtr> outs = runtime::Run(GetRuntime(), launch);
   at::Tensor t = FreshTensor(call, 0);
-  // The result keeps the rows' layout: the input's outer dims, then n.
-  std::vector<int64_t> real(storage.real_shape), padded(storage.padded_shape);
-  int64_t inner = 1;
-  while (inner < plan.inputs[input].geometry.sizes[1]) {
-    inner *= real.back();
-    real.pop_back();
-    padded.pop_back();
-  }
+  // The result keeps the rows' layout: the input's row dims, then n.
+  std::vector<int64_t> real(storage.real_shape.begin(), storage.real_shape.begin() + static_cast<long>(fold->dims));
+  std::vector<int64_t> padded(storage.padded_shape.begin(), storage.padded_shape.begin() + static_cast<long>(fold->dims));
   real.push_back(call.specs[0].sizes[1]);
   padded.push_back(call.specs[0].sizes[1]);
   StorageOf(t)->SetPadded(outs.at(0), real, padded);
