@@ -7,6 +7,7 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/extension.h>
 
+#include "aten/call.h"
 #include "aten/compile_log.h"
 #include "pjrt/live_buffers.h"
 #include "aten/dynamic.h"
@@ -267,7 +268,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("_launch_floor", [](py::function op, int n) {
     return torch_tpu::runtime::LaunchFloorSeconds(GetRuntime(), [&] { op(); }, n);
   });
-  m.def("_clear_cache", [] { GetRuntime().ClearCache(); });
+  m.def("_clear_cache", [] {
+    torch_tpu::aten::FlushPending();  // a recorded chain still names its executables
+    torch_tpu::aten::ClearFastEntries();
+    torch_tpu::aten::ClearEagerExecutables();
+    torch_tpu::aten::ClearPaddedRowsExecutables();
+    torch_tpu::aten::ClearDynamicExecutables();
+    GetRuntime().ClearCache();
+  });
   m.def("_set_launch_blocking", [](bool v) { GetRuntime().set_launch_blocking(v); });
   m.def("_memory", [](int d) {
     torch_tpu::aten::SettleDeferredStorages();

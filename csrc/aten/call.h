@@ -176,6 +176,14 @@ std::optional<std::vector<c10::IValue>> RunOnPaddedRows(const Call& call);
 // Output specs remembered for an exact-shape key that ran dynamic (null if none).
 const std::vector<OutputSpec>* DynamicSpecs(const std::string& key);
 
+// ---- dropping compiled executables (debug.clear_cache()): every cache
+// that holds them, so that the next call of each signature compiles again
+// (the runtime's key cache is dropped by its owner).
+void ClearEagerExecutables();    // eager.cpp: the exact-shape cache
+void ClearFastEntries();         // call_fast.cpp
+void ClearPaddedRowsExecutables();  // padded_rows.cpp
+void ClearDynamicExecutables();  // dynamic.cpp: bounded-dynamic ones, their specs and failures
+
 // ---- the hit path (call_fast.cpp): a cached functional call launched
 // straight from its arguments, by a fingerprint of its signature.
 using Fingerprint = c10::SmallVector<int64_t, 48>;

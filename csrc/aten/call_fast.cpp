@@ -217,6 +217,8 @@ std::vector<c10::IValue> Launch(const OpDesc& desc, const FastEntry& e,
 
 }  // namespace
 
+void ClearFastEntries() { Entries().clear(); }
+
 std::optional<std::vector<c10::IValue>> FastCall::TryLaunch(const OpDesc& desc,
                                                             const c10::FunctionSchema& schema,
                                                             const std::vector<c10::IValue>& args) {

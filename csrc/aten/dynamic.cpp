@@ -997,6 +997,13 @@ void CountDynamicHit() {
 }
 void ForgetDynamicSizes() { State().signatures.clear(); }
 
+void ClearDynamicExecutables() {
+  DynamicState& s = State();
+  s.executables.clear();
+  s.specs.clear();
+  s.failed.clear();
+}
+
 const std::vector<OutputSpec>* DynamicSpecs(const std::string& key) {
   if (!g_dynamic_active) return nullptr;
   auto& specs = State().specs;

@@ -38,6 +38,7 @@ std::unordered_map<std::string, Compiled>& Executables() {
   return *m;
 }
 
+
 // The one-op module: parameters in plan order, results = written storages
 // (each aliased to its storage parameter), fresh outputs, assertions.
 std::string BuildModule(const Call& call, std::vector<std::string>* checks) {
@@ -112,6 +113,8 @@ std::vector<c10::IValue> LaunchCall(const Call& call, Compiled* hit, FastCall& f
 }
 
 }  // namespace
+
+void ClearEagerExecutables() { Executables().clear(); }
 
 // Runs `desc` on `args` (the op's arguments, in schema order) and returns
 // the op's results: fresh outputs, then mutated tensors.

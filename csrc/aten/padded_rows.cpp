@@ -112,6 +112,8 @@ pjrt::Executable* RowsExecutable(const Call& call, int input, int64_t rows) {
 
 }  // namespace
 
+void ClearPaddedRowsExecutables() { Executables().clear(); }
+
 std::optional<std::vector<c10::IValue>> RunOnPaddedRows(const Call& call) {
   const Plan& plan = call.plan;
   int arg = RowsArg(call.desc->name);

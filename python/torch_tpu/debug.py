@@ -29,7 +29,10 @@ def reset_stats() -> None:
 
 
 def clear_cache() -> None:
-    """Drops every compiled executable from the in-memory cache."""
+    """Drops every compiled executable held in memory: strict eager's exact-shape and
+    bounded-dynamic caches, its hit path and the runtime's cache (a recorded fused
+    chain runs first). The next call of each signature compiles again, or loads its
+    executable from the disk cache when that is on."""
     _C._clear_cache()
 
 

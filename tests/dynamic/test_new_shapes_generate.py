@@ -102,8 +102,11 @@ def check_generate(llama, b, n, seed, left_pad=()):
     debug.reset_stats()
     got = generate(dev, ids.to("tpu"), mask.to("tpu")).cpu()
     compiles = debug.stats()["compiles"]
+    stats = debug.stats()
     assert torch.equal(got, generate(cpu, ids, mask)), (b, n)
-    return compiles, debug.stats()["compiles_by_op"]
+    # On a compile, say which ops and why they ran with exact shapes.
+    return compiles, {"compiles": stats["compiles_by_op"], "dynamic": stats["dynamic_compiles_by_op"],
+                      "exact": stats["exact_reasons"] if compiles else {}}
 
 
 def test_generate_new_prompt_lengths_compile_nothing(llama):
