@@ -155,12 +155,11 @@ const std::unordered_set<std::string>& DynamicOps() {
       "fill_.Scalar", "fill_.Tensor", "zero_", "copy_convert", "add_.Tensor", "sub_.Tensor",
       "mul_.Tensor", "div_.Tensor", "add_.Scalar", "sub_.Scalar", "mul_.Scalar", "div_.Scalar",
       "masked_fill_.Scalar", "clamp_",
-      // training: elementwise backward, softmax backward, losses (OpStaticDims
-      // keeps the dims they count static). Not layer norm: dynamic, it gave
-      // wrong embedding gradients in 8 Transformers models (bloom, roberta,
-      // ...) and a wrong wav2vec2 loss after other tests; cause not found.
+      // training: elementwise backward, softmax backward, losses, layer norm
+      // (OpStaticDims keeps the dims they count static)
       "gelu_backward", "silu_backward", "threshold_backward", "tanh_backward", "sigmoid_backward",
       "_softmax_backward_data", "_log_softmax_backward_data", "nll_loss_forward", "nll_loss_backward",
+      "native_layer_norm", "native_layer_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward",
   };
   return ops;
 }
@@ -459,24 +458,47 @@ bool AttentionDims(const Call& call, const std::vector<c10::IValue>& args, CallH
   return true;
 }
 
-// Marks dims [from, rank) of schema arg `a`'s tensor static.
-void StaticDims(const Call& call, size_t a, size_t from, CallHints* hints) {
+// Marks dims [from, rank) of schema arg `a`'s tensor static (all of them by
+// default; `last`: only its last `last` dims).
+void StaticDims(const Call& call, size_t a, CallHints* hints, size_t from = 0,
+                std::optional<size_t> last = std::nullopt) {
   if (a >= call.plan.args.size()) return;
   const ArgPlan& ap = call.plan.args[a];
   if (ap.kind != Arg::Kind::Tensor || ap.tensors.empty() || ap.tensors[0] < 0) return;
   auto& dims = (*hints)[ap.tensors[0]];
+  if (last) from = dims.size() > *last ? dims.size() - *last : 0;
   for (size_t d = from; d < dims.size(); ++d) dims[d] = DimHint{false, -1, -1};
 }
 
 // Dims a rule counts with a static size stay static (the rest is masked by
-// XLA's padder): attention's head dims (AttentionDims), nll_loss's classes
-// (its target range check).
+// XLA's padder), in every input that carries them: a static dim broadcast
+// against a padded one would read the padding as elements. Attention's head
+// dims (AttentionDims); layer norm's normalized dims (it divides by their
+// element count), in its input, gradient, weight and bias: two models'
+// hidden sizes under 2x apart made an unmarked weight's dim dynamic, and
+// layer norm gave wrong gradients after other tests (RMS norm alike);
+// nll_loss's classes (its
+// target range check), in self and the class weights.
 bool OpStaticDims(const Call& call, const std::vector<c10::IValue>& args, CallHints* hints) {
   const std::string& name = call.desc->name;
   if (name == "_scaled_dot_product_efficient_attention") return AttentionDims(call, args, hints);
-  if (name == "nll_loss_forward" || name == "nll_loss_backward") {
+  auto normalized = [&](size_t arg) { return args.size() > arg ? args[arg].toIntVector().size() : size_t{0}; };
+  if (name == "native_layer_norm") {  // (input, normalized_shape, weight, bias, eps)
+    StaticDims(call, 0, hints, 0, normalized(1));
+    for (size_t a : {2, 3}) StaticDims(call, a, hints);
+  } else if (name == "native_layer_norm_backward") {  // (grad, input, shape, mean, rstd, weight, bias, mask)
+    for (size_t a : {0, 1}) StaticDims(call, a, hints, 0, normalized(2));
+    for (size_t a : {5, 6}) StaticDims(call, a, hints);
+  } else if (name == "_fused_rms_norm") {  // (input, normalized_shape, weight, eps)
+    StaticDims(call, 0, hints, 0, normalized(1));
+    StaticDims(call, 2, hints);
+  } else if (name == "_fused_rms_norm_backward") {  // (grad, input, shape, rstd, weight, mask)
+    for (size_t a : {0, 1}) StaticDims(call, a, hints, 0, normalized(2));
+    StaticDims(call, 4, hints);
+  } else if (name == "nll_loss_forward" || name == "nll_loss_backward") {
     const size_t self = name == "nll_loss_forward" ? 0 : 1;
-    StaticDims(call, self, args.at(self).toTensor().dim() >= 2 ? 1 : 0, hints);  // [N, C] or [C]
+    StaticDims(call, self, hints, args.at(self).toTensor().dim() >= 2 ? 1 : 0);  // [N, C] or [C]
+    StaticDims(call, self + 2, hints);  // the class weights [C]
   }
   return true;
 }

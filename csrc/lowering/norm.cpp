@@ -75,20 +75,45 @@ bool Mask(const Arg& a, size_t i) {
   return a.kind != K::IntList || i >= a.ints.size() || a.ints[i] != 0;
 }
 
-// A norm over the trailing normalized_shape dims of x, seen as [m, n] rows:
-// xf is x in the compute type, reshaped to [m, n].
-struct Rows {
-  std::vector<int64_t> shape;  // x's shape
-  int64_t axis, m, n;
-  Value xf;
+// A norm over the trailing normalized_shape dims of x, in x's own shape:
+// statistics reduce the trailing dims and broadcast back over the leading
+// ones. (Never a reshape to [rows, n]: under bounded dynamic shapes two
+// padded leading dims merged into one, and split back, are not what XLA's
+// padder can follow: layer norm gave wrong values on a [b, s, h] padded in
+// b and s.)
+struct Trailing {
+  std::vector<int64_t> shape;       // x's shape
+  int64_t axis, n;                  // the first normalized dim, their element count
+  std::vector<int64_t> lead, tail;  // the leading dims, the normalized dims
+  Value xf;                         // x in the compute type
 };
-Rows TrailingRows(Builder& b, Value x, const std::vector<int64_t>& normalized_shape,
-                  ElementType ct, const char* op) {
+Trailing TrailingDims(Builder& b, Value x, const std::vector<int64_t>& normalized_shape, ElementType ct,
+                      const char* op) {
   int64_t axis = x.rank() - static_cast<int64_t>(normalized_shape.size());
   if (axis < 0) throw Unsupported(std::string(op) + ": normalized_shape longer than input");
-  Rows r{x.shape(), axis, Prod(x.shape(), 0, axis), Prod(x.shape(), axis), Value()};
-  r.xf = b.Reshape(b.Convert(x, ct), {r.m, r.n});
-  return r;
+  return {x.shape(), axis, Prod(x.shape(), axis), Range(0, axis), Range(axis, x.rank()), b.Convert(x, ct)};
+}
+
+// The mean over the normalized dims (shape: the leading dims).
+Value RowMean(Builder& b, const Trailing& t, Value v) { return DivN(b, Sum(b, v, t.tail), t.n); }
+// A per-row statistic broadcast over the normalized dims.
+Value Spread(Builder& b, const Trailing& t, Value stat) { return b.BroadcastInDim(stat, t.shape, t.lead); }
+// A normalized-shape parameter (weight) broadcast over the rows.
+Value PerElement(Builder& b, const Trailing& t, Value w, ElementType ct) {
+  return b.BroadcastInDim(b.Convert(w, ct), t.shape, t.tail);
+}
+// A statistic as the op returns it ([lead..., 1...]).
+Value SavedStat(Builder& b, Value stat, const TensorType& out) {
+  std::vector<int64_t> lead = Range(0, stat.rank());
+  return b.Convert(b.BroadcastInDim(stat, out.shape, lead), out.dtype);
+}
+// A saved statistic read back ([lead..., 1...] as saved, else any shape of
+// the rows' count), broadcast over the normalized dims.
+Value SpreadSaved(Builder& b, const Trailing& t, const Arg& a, ElementType ct) {
+  Value v = b.Convert(a.tensor, ct);
+  if (v.rank() == static_cast<int64_t>(t.shape.size())) return b.BroadcastInDim(v, t.shape, Range(0, v.rank()));
+  std::vector<int64_t> lead(t.shape.begin(), t.shape.begin() + t.axis);
+  return Spread(b, t, b.Reshape(v, lead));
 }
 
 // ---------------------------------------------------------------- layer norm
@@ -97,21 +122,16 @@ Rows TrailingRows(Builder& b, Value x, const std::vector<int64_t>& normalized_sh
 //   -> (out, mean, rstd)
 std::vector<Value> LayerNorm(Context& c, const std::vector<Arg>& a) {
   Builder& b = c.b;
-  Value x = a.at(0).tensor;
   ElementType ct = NormComputeType({&a[0], &a[2], &a[3]});
-  auto [shape, axis, m, n, xf] = TrailingRows(b, x, a.at(1).ints, ct, "native_layer_norm");
-  double eps = a.at(4).d;
-  Value mean = DivN(b, Sum(b, xf, {1}), n);
-  Value xc = Sub(b, xf, b.BroadcastInDim(mean, {m, n}, {0}));
-  Value var = DivN(b, Sum(b, Mul(b, xc, xc), {1}), n);
-  Value rstd = InvStd(b, var, eps, false);
-  Value y = b.Reshape(Mul(b, xc, b.BroadcastInDim(rstd, {m, n}, {0})), shape);
-  std::vector<int64_t> tail = Range(axis, x.rank());
-  if (IsTensor(a.at(2))) y = Mul(b, y, b.BroadcastInDim(b.Convert(a[2].tensor, ct), shape, tail));
-  if (IsTensor(a.at(3))) y = Add(b, y, b.BroadcastInDim(b.Convert(a[3].tensor, ct), shape, tail));
+  Trailing t = TrailingDims(b, a.at(0).tensor, a.at(1).ints, ct, "native_layer_norm");
+  Value mean = RowMean(b, t, t.xf);
+  Value xc = Sub(b, t.xf, Spread(b, t, mean));
+  Value rstd = InvStd(b, RowMean(b, t, Mul(b, xc, xc)), a.at(4).d, false);
+  Value y = Mul(b, xc, Spread(b, t, rstd));
+  if (IsTensor(a.at(2))) y = Mul(b, y, PerElement(b, t, a[2].tensor, ct));
+  if (IsTensor(a.at(3))) y = Add(b, y, PerElement(b, t, a[3].tensor, ct));
   const auto& outs = c.outputs;
-  return {b.Convert(y, outs.at(0).dtype), b.Convert(b.Reshape(mean, outs.at(1).shape), outs.at(1).dtype),
-          b.Convert(b.Reshape(rstd, outs.at(2).shape), outs.at(2).dtype)};
+  return {b.Convert(y, outs.at(0).dtype), SavedStat(b, mean, outs.at(1)), SavedStat(b, rstd, outs.at(2))};
 }
 
 // native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd,
@@ -119,25 +139,21 @@ std::vector<Value> LayerNorm(Context& c, const std::vector<Arg>& a) {
 std::vector<Value> LayerNormBackward(Context& c, const std::vector<Arg>& a) {
   Builder& b = c.b;
   Value x = a.at(1).tensor;
-  const std::vector<int64_t>& ns = a.at(2).ints;
   ElementType ct = NormComputeType({&a[0], &a[1], &a[5], &a[6]});
-  auto [shape, axis, m, n, xf] = TrailingRows(b, x, ns, ct, "native_layer_norm_backward");
-  Value dy = b.Reshape(b.Convert(a.at(0).tensor, ct), {m, n});
-  Value mean = b.BroadcastInDim(Stat(b, a.at(3), ct, {m}), {m, n}, {0});
-  Value rstd = b.BroadcastInDim(Stat(b, a.at(4), ct, {m}), {m, n}, {0});
-  Value xhat = Mul(b, Sub(b, xf, mean), rstd);
-  Value g = dy;
+  Trailing t = TrailingDims(b, x, a.at(2).ints, ct, "native_layer_norm_backward");
+  Value dy = b.Convert(a.at(0).tensor, ct);
+  Value rstd = SpreadSaved(b, t, a.at(4), ct);
+  Value xhat = Mul(b, Sub(b, t.xf, SpreadSaved(b, t, a.at(3), ct)), rstd);
   bool has_weight = IsTensor(a.at(5));
-  if (has_weight)
-    g = Mul(b, dy, b.BroadcastInDim(b.Reshape(b.Convert(a[5].tensor, ct), {n}), {m, n}, {1}));
-  Value mean_g = b.BroadcastInDim(DivN(b, Sum(b, g, {1}), n), {m, n}, {0});
-  Value mean_gx = b.BroadcastInDim(DivN(b, Sum(b, Mul(b, g, xhat), {1}), n), {m, n}, {0});
+  Value g = has_weight ? Mul(b, dy, PerElement(b, t, a[5].tensor, ct)) : dy;
+  Value mean_g = Spread(b, t, RowMean(b, t, g));
+  Value mean_gx = Spread(b, t, RowMean(b, t, Mul(b, g, xhat)));
   Value dx = Mul(b, rstd, Sub(b, Sub(b, g, mean_g), Mul(b, xhat, mean_gx)));
-  Value dw = b.Reshape(Sum(b, Mul(b, dy, xhat), {0}), ns);
-  Value db = b.Reshape(Sum(b, dy, {0}), ns);
+  Value dw = Sum(b, Mul(b, dy, xhat), t.lead);
+  Value db = Sum(b, dy, t.lead);
   ElementType wt = has_weight ? a[5].tensor.dtype() : x.dtype();
   ElementType bt = IsTensor(a.at(6)) ? a[6].tensor.dtype() : wt;
-  return {b.Convert(b.Reshape(dx, shape), x.dtype()), b.Convert(dw, wt), b.Convert(db, bt)};
+  return {b.Convert(dx, x.dtype()), b.Convert(dw, wt), b.Convert(db, bt)};
 }
 
 // ---------------------------------------------------------------- group norm
@@ -328,22 +344,18 @@ std::vector<Value> RmsNorm(Context& c, const std::vector<Arg>& a) {
   Builder& b = c.b;
   Value x = a.at(0).tensor;
   ElementType ct = ComputeType(x.dtype());
-  auto [shape, axis, m, n, xf] = TrailingRows(b, x, a.at(1).ints, ct, "_fused_rms_norm");
+  Trailing t = TrailingDims(b, x, a.at(1).ints, ct, "_fused_rms_norm");
   double eps = a.at(3).kind == K::Double ? a[3].d : DefaultEps(ct);
-  Value ms = DivN(b, Sum(b, Mul(b, xf, xf), {1}), n);
-  Value rstd = InvStd(b, ms, eps, false);
+  Value rstd = InvStd(b, RowMean(b, t, Mul(b, t.xf, t.xf)), eps, false);
   // As ATen's composite: normalize in the compute type, round to the input
   // dtype, then scale by the weight.
-  Value y = b.Convert(Mul(b, xf, b.BroadcastInDim(rstd, {m, n}, {0})), x.dtype());
-  y = b.Reshape(y, shape);
+  Value y = b.Convert(Mul(b, t.xf, Spread(b, t, rstd)), x.dtype());
   const TensorType& out = c.outputs.at(0);
   if (IsTensor(a.at(2))) {
     ElementType wct = ComputeType(out.dtype);
-    y = Mul(b, b.Convert(y, wct),
-            b.BroadcastInDim(b.Convert(a[2].tensor, wct), shape, Range(axis, x.rank())));
+    y = Mul(b, b.Convert(y, wct), PerElement(b, t, a[2].tensor, wct));
   }
-  return {b.Convert(y, out.dtype),
-          b.Convert(b.Reshape(rstd, c.outputs.at(1).shape), c.outputs.at(1).dtype)};
+  return {b.Convert(y, out.dtype), SavedStat(b, rstd, c.outputs.at(1))};
 }
 
 // _fused_rms_norm_backward(grad_out, input, normalized_shape, rstd, weight?,
@@ -351,21 +363,18 @@ std::vector<Value> RmsNorm(Context& c, const std::vector<Arg>& a) {
 std::vector<Value> RmsNormBackward(Context& c, const std::vector<Arg>& a) {
   Builder& b = c.b;
   Value x = a.at(1).tensor;
-  const std::vector<int64_t>& ns = a.at(2).ints;
   ElementType ct = NormComputeType({&a[0], &a[1], &a[4]});
-  auto [shape, axis, m, n, xf] = TrailingRows(b, x, ns, ct, "_fused_rms_norm_backward");
-  Value dy = b.Reshape(b.Convert(a.at(0).tensor, ct), {m, n});
-  Value rstd = b.BroadcastInDim(Stat(b, a.at(3), ct, {m}), {m, n}, {0});
-  Value xhat = Mul(b, xf, rstd);
+  Trailing t = TrailingDims(b, x, a.at(2).ints, ct, "_fused_rms_norm_backward");
+  Value dy = b.Convert(a.at(0).tensor, ct);
+  Value rstd = SpreadSaved(b, t, a.at(3), ct);
+  Value xhat = Mul(b, t.xf, rstd);
   bool has_weight = IsTensor(a.at(4));
-  Value g = dy;
-  if (has_weight)
-    g = Mul(b, dy, b.BroadcastInDim(b.Reshape(b.Convert(a[4].tensor, ct), {n}), {m, n}, {1}));
-  Value mean_gx = b.BroadcastInDim(DivN(b, Sum(b, Mul(b, g, xhat), {1}), n), {m, n}, {0});
+  Value g = has_weight ? Mul(b, dy, PerElement(b, t, a[4].tensor, ct)) : dy;
+  Value mean_gx = Spread(b, t, RowMean(b, t, Mul(b, g, xhat)));
   Value dx = Mul(b, rstd, Sub(b, g, Mul(b, xhat, mean_gx)));
-  Value dw = b.Reshape(Sum(b, Mul(b, dy, xhat), {0}), ns);
+  Value dw = Sum(b, Mul(b, dy, xhat), t.lead);
   ElementType wt = has_weight ? a[4].tensor.dtype() : x.dtype();
-  return {b.Convert(b.Reshape(dx, shape), x.dtype()), b.Convert(dw, wt)};
+  return {b.Convert(dx, x.dtype()), b.Convert(dw, wt)};
 }
 
 // ---------------------------------------------------------------- output types
