@@ -1,7 +1,8 @@
 """New shapes inside a warm bucket compile nothing (TORCH_TPU_DYNAMIC_SHAPES=auto):
 fresh tensors filled or copied in place (torch.ones, x.to(dtype)), linear on a
 [b, s, h] activation padded in both b and s, and Hugging Face generate() from
-prompts of new lengths and new batch sizes, left-padded batches included.
+prompts of new lengths (Llama, and GPT-2 with its layer norms) and new batch
+sizes, left-padded batches included.
 Every result is compared with PyTorch on the CPU; compiles are read from
 debug.stats()."""
 import pytest
@@ -82,6 +83,22 @@ def llama():
     return cpu, dev
 
 
+@pytest.fixture(scope="module")
+def gpt2():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=256, n_embd=64, n_layer=2, n_head=4, n_positions=128,
+                                  bos_token_id=1, eos_token_id=1)
+    cpu = transformers.GPT2LMHeadModel(cfg).eval()
+    dev = transformers.GPT2LMHeadModel(cfg).eval()
+    dev.load_state_dict(cpu.state_dict())
+    dev = dev.to("tpu")
+    for m in (cpu, dev):
+        m.generation_config.eos_token_id = None
+        m.generation_config.pad_token_id = 0
+    return cpu, dev
+
+
 def generate(model, ids, mask):
     with torch.no_grad():
         return model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False)
@@ -115,6 +132,15 @@ def test_generate_new_prompt_lengths_compile_nothing(llama):
         check_generate(llama, 1, n, seed=n)
     for n in (11, 12, 13):
         compiles, by_op = check_generate(llama, 1, n, seed=n)
+        assert compiles == 0, (n, by_op)
+
+
+def test_generate_with_layer_norm_new_prompt_lengths_compile_nothing(gpt2):
+    # GPT-2: LayerNorm, learned positions, fused QKV (addmm on [b*s, h] rows).
+    for n in (9, 10, 14):
+        check_generate(gpt2, 1, n, seed=n)
+    for n in (11, 12, 13):
+        compiles, by_op = check_generate(gpt2, 1, n, seed=n)
         assert compiles == 0, (n, by_op)
 
 
