@@ -118,13 +118,29 @@ def run_mode(mode, impl, eager_step=False):
     torch.tpu.synchronize()
     G = nbytes(p.grad for p in model.parameters() if p.grad is not None)
     _, step_peak, _, step_extra = measured(step, mode)
-    return {
-        "P": P, "S": S, "X": X, "A": A, "G": G, "base": base,
-        "rows": [("forward", fwd_peak, P + S + X + A, fwd_extra),
-                 ("backward", bwd_peak, P + S + X + A + G, bwd_extra),
-                 ("adamw step", step_peak, P + S + X + G, step_extra)],
-        "unaccounted": base - (P + S + X),
-    }
+    rows = [("forward", fwd_peak, P + S + X + A, fwd_extra),
+            ("backward", bwd_peak, P + S + X + A + G, bwd_extra),
+            ("adamw step", step_peak, P + S + X + G, step_extra)]
+    temps = algorithm_temporaries(opt, model, mode)
+    if temps:
+        rows.append(("  + temps", step_peak, P + S + X + G + temps, step_extra))
+    return {"P": P, "S": S, "X": X, "A": A, "G": G, "base": base, "rows": rows,
+            "unaccounted": base - (P + S + X)}
+
+
+def algorithm_temporaries(opt, model, mode):
+    """Bytes AdamW's own algorithm holds at once on top of P, G and S when each op
+    runs by itself (strict eager): the foreach path's denominator list
+    (``_foreach_sqrt(exp_avg_sqs)``, one tensor per parameter, all alive together),
+    the single-tensor path's one denominator of the largest parameter; none for
+    the fused kernel, and none where a fused chain or a compiled step never
+    materializes them."""
+    if mode != "strict" or opt.defaults.get("fused"):
+        return 0
+    params = [p for p in model.parameters() if p.requires_grad]
+    if opt.defaults.get("foreach") is False:
+        return max(p.numel() * p.element_size() for p in params)
+    return nbytes(params)
 
 
 def main():
