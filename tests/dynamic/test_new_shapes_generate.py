@@ -67,36 +67,33 @@ def test_linear_on_rows_padded_in_batch_and_sequence():
         torch.testing.assert_close(y[:, -1].cpu(), F.linear(h, w)[:, -1], rtol=1e-5, atol=1e-5)
 
 
-@pytest.fixture(scope="module")
-def llama():
-    transformers = pytest.importorskip("transformers")
+def cpu_and_tpu_models(model_class, cfg):
+    """The same random weights on the CPU and on tpu, greedy without an EOS stop."""
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-    cpu = transformers.LlamaForCausalLM(cfg).eval()
-    dev = transformers.LlamaForCausalLM(cfg).eval()
+    cpu = model_class(cfg).eval()
+    dev = model_class(cfg).eval()
     dev.load_state_dict(cpu.state_dict())
     dev = dev.to("tpu")
     for m in (cpu, dev):
         m.generation_config.eos_token_id = None
         m.generation_config.pad_token_id = 0
     return cpu, dev
+
+
+@pytest.fixture(scope="module")
+def llama():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    return cpu_and_tpu_models(transformers.LlamaForCausalLM, cfg)
 
 
 @pytest.fixture(scope="module")
 def gpt2():
     transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
     cfg = transformers.GPT2Config(vocab_size=256, n_embd=64, n_layer=2, n_head=4, n_positions=128,
                                   bos_token_id=1, eos_token_id=1)
-    cpu = transformers.GPT2LMHeadModel(cfg).eval()
-    dev = transformers.GPT2LMHeadModel(cfg).eval()
-    dev.load_state_dict(cpu.state_dict())
-    dev = dev.to("tpu")
-    for m in (cpu, dev):
-        m.generation_config.eos_token_id = None
-        m.generation_config.pad_token_id = 0
-    return cpu, dev
+    return cpu_and_tpu_models(transformers.GPT2LMHeadModel, cfg)
 
 
 def generate(model, ids, mask):
