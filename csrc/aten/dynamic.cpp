@@ -12,10 +12,13 @@
 // Sizes inside the bucket hit that executable; a size past it compiles the
 // next bucket. Sizes already compiled static keep their static executable.
 //
-// Buckets: 16 for sizes up to 16, else the size rounded up to a multiple of
-// 2^(floor(log2 s) - 3), i.e. 8 buckets per octave (16, 18, 20, ..., 30, 32,
-// 36, 40, ...): a dynamic dim is padded by less than 12.5% (2 dynamic dims:
-// < 26.6%).
+// Buckets: 4, 8 and 16 for sizes up to 16, else the size rounded up to a
+// multiple of 2^(floor(log2 s) - 3), i.e. 8 buckets per octave (16, 18, 20,
+// ..., 30, 32, 36, 40, ...): a dynamic dim above 16 is padded by less than
+// 12.5% (2 dynamic dims: < 26.6%). A small size takes the smallest small
+// bucket its dim has already run at that holds it (a batch of 3 after
+// batches 4 and 5 runs in their 8-bucket), so small sizes below a warm
+// bucket compile nothing while a small batch alone pads to at most 2x.
 //
 // Storage (runtime.h DeviceStorage::padded_shape): a dynamic op's result
 // keeps its buffer at its bound's bucket, the real elements at the front of
@@ -54,8 +57,10 @@
 // the hint on the dims that follow it, so a chain of ops stays dynamic.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <cstdlib>
+#include <limits>
+#include <map>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -173,8 +178,10 @@ bool ExactForIntegers(const std::string& name) {
   return name == "pow.Tensor_Scalar" || name == "pow.Tensor_Tensor";
 }
 
+constexpr int64_t kSmallBucket = 16;
+
 int64_t Bucket(int64_t s) {
-  if (s <= 16) return 16;
+  if (s <= 16) return s <= 4 ? 4 : (s <= 8 ? 8 : 16);
   int64_t k = 0;
   while ((int64_t{1} << (k + 1)) <= s) ++k;  // k = floor(log2 s)
   int64_t step = int64_t{1} << (k - 3);
@@ -197,6 +204,10 @@ struct SizeVariant {
 // dynamic because a sequence length did elsewhere.
 struct SignatureState {
   std::vector<SizeVariant> variants;
+  // Per (input, dim): the small buckets (<= kSmallBucket) it has run at. A
+  // small size takes the smallest of them that holds it (a batch of 3 after
+  // batches 4 and 5 takes their bucket 8: no compile); see SmallBucket().
+  std::map<std::pair<size_t, size_t>, std::set<int64_t>> small_buckets;
   bool exact_only = false;  // a dynamic module failed: exact shapes from now on
 };
 
@@ -526,21 +537,81 @@ CallHints HintsOfCall(const Plan& plan, const std::vector<c10::IValue>& args, bo
 
 bool AnyDynamic(const std::vector<bool>& v) { return std::find(v.begin(), v.end(), true) != v.end(); }
 
+// The bucket of a small size (<= kSmallBucket) of input i's dim d: the
+// smallest bucket that dim has already run at which holds it, else its own.
+// Small buckets are coarse (4, 8, 16: a batch of 3 pads to 4, not 16), so a
+// size below a warm bucket reuses that bucket's executable instead of
+// compiling its own: the padding stays under 4x, the compiles as with one
+// small bucket.
+int64_t SmallBucket(const SignatureState& st, size_t i, size_t d, int64_t size) {
+  auto it = st.small_buckets.find({i, d});
+  if (it != st.small_buckets.end()) {
+    auto b = it->second.lower_bound(size);
+    if (b != it->second.end()) return *b;
+  }
+  return Bucket(size);
+}
+
+// The padded size of dim d of input i's buffer when the input is its whole
+// padded storage with the same dims up to unit ones ([b, h] of a [b, 1, h]
+// storage); -1 otherwise.
+int64_t WholeBufferSize(const Plan& plan, size_t i, size_t d) {
+  const TensorIn& in = plan.inputs[i];
+  const runtime::DeviceStorage* s = plan.storages[in.storage];
+  if (!in.geometry.whole || !s->padded() || s->real_shape.size() != s->padded_shape.size()) return -1;
+  std::vector<size_t> dims;  // the storage's dims that are not 1
+  for (size_t k = 0; k < s->real_shape.size(); ++k)
+    if (s->real_shape[k] != 1) dims.push_back(k);
+  size_t at = 0;  // view dim d is the storage's dims[at]
+  for (size_t k = 0; k < in.geometry.sizes.size(); ++k) {
+    if (in.geometry.sizes[k] == 1) continue;
+    if (at >= dims.size() || s->real_shape[dims[at]] != in.geometry.sizes[k]) return -1;
+    if (k == d) return s->padded_shape[dims[at]];
+    ++at;
+  }
+  return -1;
+}
+
 // Per input: its sizes with dynamic dims at their bucket.
-// A hinted dim's bound is its max when the size fits under it.
+// A hinted dim's bound is its max when the size fits under it. A small
+// size takes SmallBucket(), or the small bucket its input's buffer already
+// has (the op that made it chose it: following it moves nothing); the dims
+// of one small size in a call share the largest of their choices (a
+// broadcast partner or a contraction must match).
 std::vector<std::vector<int64_t>> BucketSizes(const Plan& plan, const std::vector<std::vector<bool>>& dyn,
-                                              const CallHints& hints) {
+                                              const CallHints& hints, const SignatureState& st) {
   std::vector<std::vector<int64_t>> out;
+  std::map<int64_t, int64_t> small;  // small size -> its bucket in this call
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     std::vector<int64_t> s = plan.inputs[i].geometry.sizes;
     for (size_t d = 0; d < s.size(); ++d) {
       if (!dyn[i][d]) continue;
       const std::optional<DimHint>& h = hints[i][d];
-      s[d] = h && h->max >= s[d] ? h->max : Bucket(s[d]);
+      if (h && h->max >= s[d]) {
+        s[d] = h->max;
+      } else if (s[d] <= kSmallBucket) {
+        int64_t buffer = WholeBufferSize(plan, i, d);
+        int64_t b = buffer >= s[d] && buffer <= kSmallBucket ? buffer : SmallBucket(st, i, d, s[d]);
+        small[s[d]] = std::max(small[s[d]], b);
+        s[d] = -s[d];  // resolved below
+      } else {
+        s[d] = Bucket(s[d]);
+      }
     }
     out.push_back(s);
   }
+  for (auto& s : out)
+    for (int64_t& v : s)
+      if (v < 0) v = small[-v];
   return out;
+}
+
+// Remembers the small buckets a call ran at (SmallBucket()).
+void RememberSmallBuckets(const std::vector<std::vector<int64_t>>& bucket,
+                          const std::vector<std::vector<bool>>& dyn, SignatureState* st) {
+  for (size_t i = 0; i < bucket.size(); ++i)
+    for (size_t d = 0; d < bucket[i].size(); ++d)
+      if (dyn[i][d] && bucket[i][d] <= kSmallBucket) st->small_buckets[{i, d}].insert(bucket[i][d]);
 }
 
 struct DynamicLayout {
@@ -1064,7 +1135,7 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
         lay.hinted = true;
         lay.bounded |= hints[i][d]->max > 0;
       }
-  lay.in_bucket = BucketSizes(call.plan, lay.in_dynamic, hints);
+  lay.in_bucket = BucketSizes(call.plan, lay.in_dynamic, hints, st);
   if (lay.hinted) UnifyHintedSizes(call.plan, hints, &lay);
   OverwrittenStorages(call, &lay);
   if (!PaddedStorages(call.plan, &lay)) return std::nullopt;
@@ -1096,6 +1167,7 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
     }
   }
   state.specs[call.plan.key] = call.cached();
+  if (!lay.hinted) RememberSmallBuckets(lay.in_bucket, lay.in_dynamic, &st);
   return LaunchDynamic(call, *dc, lay);
 }
 

@@ -4,8 +4,9 @@ Modes (TORCH_TPU_DYNAMIC_SHAPES, or set_mode() at run time):
   "0"    exact shapes: every new input shape compiles;
   "auto" (the default) the first sizes of an op signature compile static; a
          second size in some dim makes that dim dynamic: one executable per
-         size bucket (8 buckets per octave, < 12.5% padding per dim) serves
-         every size in it;
+         size bucket serves every size in it (4, 8, 16, then 8 buckets per
+         octave: < 12.5% padding per dim above 16; a small size reuses the
+         smallest warm small bucket that holds it);
   "1"    every dim of size > 1 dynamic from the first call (for measuring).
 Ops that run dynamic: elementwise, reductions, softmax, matmul, clone, cat,
 embedding, masked_fill, cumsum (functional

@@ -1,9 +1,9 @@
 """Bounded dynamic shapes in strict eager (csrc/aten/dynamic.cpp).
 
 For each op family of the first slice: results on the bounded-dynamic
-executables equal CPU, and the compile counts drop (sizes 5, 6, 7, 9 of one
-op signature: one static executable for the first size, one dynamic one for
-the 16-bucket that serves the others). Every test uses its own shapes (a
+executables equal CPU, and the compile counts drop (sizes 9, 10, 12, 15 of
+one op signature: one static executable for the first size, one dynamic one
+for the 16-bucket that serves the others). Every test uses its own shapes (a
 column count no other test uses) so that signatures do not share state.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch.nn.functional as F
 import torch_tpu
 from torch_tpu import debug, dynamic
 
-SIZES = (5, 6, 7, 9)  # all inside the first bucket (16)
+SIZES = (9, 10, 12, 15)  # all inside the bucket 16
 
 
 @pytest.fixture(autouse=True)
@@ -106,8 +106,27 @@ def test_bmm_with_dynamic_rows():
 
 def test_past_the_bound_compiles_the_next_bucket():
     s = run_sizes(torch.exp, lambda n: (torch.randn(n, 30),), sizes=(5, 6, 17, 18, 7))
-    # 5: static; 6: bucket 16; 17, 18: bucket 18; 7: hits bucket 16.
+    # 5: static; 6: bucket 8; 17, 18: bucket 18; 7: hits bucket 8.
     assert s["compiles"] == 3 and s["dynamic_executables"] == 2 and s["dynamic_hits"] == 2, s
+
+
+def test_a_small_size_pads_to_a_small_bucket():
+    # 2: static; 3: bucket 4 (a batch of 3 holds 1.33x its bytes, not 16/3).
+    s = run_sizes(torch.exp, lambda n: (torch.randn(n, 61),), sizes=(2, 3))
+    assert s["compiles"] == 2 and s["dynamic_executables"] == 1, s
+    y = torch.exp(torch.randn(3, 61).to("tpu"))
+    assert torch_tpu._C._padded_shape(y) == [4, 61]
+
+
+def test_small_sizes_reuse_a_warm_larger_small_bucket():
+    # 4: static; 5: bucket 8; 3 (bucket 4 never compiled), 6, 7: the 8-bucket's executable.
+    s = run_sizes(torch.exp, lambda n: (torch.randn(n, 62),), sizes=(4, 5, 3, 6, 7))
+    assert s["compiles"] == 2 and s["dynamic_executables"] == 1 and s["dynamic_hits"] == 3, s
+    y = torch.exp(torch.randn(3, 62).to("tpu"))
+    assert torch_tpu._C._padded_shape(y) == [8, 62]
+    # Past the small buckets the grid is fine again: 17 compiles bucket 18.
+    s = run_sizes(torch.exp, lambda n: (torch.randn(n, 62),), sizes=(17,))
+    assert s["compiles"] == 1 and s["dynamic_executables"] == 1, s
 
 
 def test_the_first_size_keeps_its_static_executable():

@@ -76,7 +76,7 @@ def test_norms_on_rows_padded_in_batch_and_sequence(norm):
             grads.append((y, h.grad))
         return (grads[0][0], grads[1][0]), (grads[0][1], grads[1][1])
 
-    for b, s in ((3, 19), (4, 20)):
+    for b, s in ((9, 19), (10, 20)):  # batch bucket 16 (smaller batches reuse it), sequence 20
         run(b, s)
     for b, s in ((5, 19), (2, 20)):
         for p in (dw, db, cw, cb, ds, cs):
