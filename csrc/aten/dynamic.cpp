@@ -165,6 +165,8 @@ const std::unordered_set<std::string>& DynamicOps() {
       "gelu_backward", "silu_backward", "threshold_backward", "tanh_backward", "sigmoid_backward",
       "_softmax_backward_data", "_log_softmax_backward_data", "nll_loss_forward", "nll_loss_backward",
       "native_layer_norm", "native_layer_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward",
+      // a static KV cache's update: rows of a padded source into an exact cache
+      "index_copy", "index_copy_",
   };
   return ops;
 }
@@ -469,6 +471,15 @@ bool AttentionDims(const Call& call, const std::vector<c10::IValue>& args, CallH
   return true;
 }
 
+// Marks dim d of schema arg `a`'s tensor static.
+void StaticDim(const Call& call, size_t a, CallHints* hints, size_t d) {
+  if (a >= call.plan.args.size()) return;
+  const ArgPlan& ap = call.plan.args[a];
+  if (ap.kind != Arg::Kind::Tensor || ap.tensors.empty() || ap.tensors[0] < 0) return;
+  auto& dims = (*hints)[ap.tensors[0]];
+  if (d < dims.size()) dims[d] = DimHint{false, -1, -1};
+}
+
 // Marks dims [from, rank) of schema arg `a`'s tensor static (all of them by
 // default; `last`: only its last `last` dims).
 void StaticDims(const Call& call, size_t a, CallHints* hints, size_t from = 0,
@@ -506,6 +517,14 @@ bool OpStaticDims(const Call& call, const std::vector<c10::IValue>& args, CallHi
   } else if (name == "_fused_rms_norm_backward") {  // (grad, input, shape, rstd, weight, mask)
     for (size_t a : {0, 1}) StaticDims(call, a, hints, 0, normalized(2));
     StaticDims(call, 4, hints);
+  } else if (name == "index_copy" || name == "index_copy_") {  // (self, dim, index, source)
+    // Rows are copied along `dim` only: the destination keeps its sizes (the
+    // index check counts them), the source all but `dim`.
+    StaticDims(call, 0, hints);
+    const int64_t rank = args.at(3).toTensor().dim();
+    const int64_t dim = rank == 0 ? 0 : c10::maybe_wrap_dim(args.at(1).toInt(), rank);
+    StaticDims(call, 3, hints, static_cast<size_t>(dim) + 1);
+    for (int64_t d = 0; d < dim; ++d) StaticDim(call, 3, hints, static_cast<size_t>(d));
   } else if (name == "nll_loss_forward" || name == "nll_loss_backward") {
     const size_t self = name == "nll_loss_forward" ? 0 : 1;
     StaticDims(call, self, hints, args.at(self).toTensor().dim() >= 2 ? 1 : 0);  // [N, C] or [C]
@@ -541,8 +560,8 @@ bool AnyDynamic(const std::vector<bool>& v) { return std::find(v.begin(), v.end(
 // smallest bucket that dim has already run at which holds it, else its own.
 // Small buckets are coarse (4, 8, 16: a batch of 3 pads to 4, not 16), so a
 // size below a warm bucket reuses that bucket's executable instead of
-// compiling its own: the padding stays under 4x, the compiles as with one
-// small bucket.
+// compiling its own (more padding for fewer compiles; alone, a small size
+// pads under 2x).
 int64_t SmallBucket(const SignatureState& st, size_t i, size_t d, int64_t size) {
   auto it = st.small_buckets.find({i, d});
   if (it != st.small_buckets.end()) {

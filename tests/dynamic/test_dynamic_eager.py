@@ -188,3 +188,25 @@ def test_compiles_by_op_names_what_recompiles():
     with dynamic.dynamic_shapes("0"):
         s = run_sizes(torch.exp, lambda n: (torch.randn(n, 36),), sizes=(5, 6, 7))
     assert s["compiles_by_op"] == {"exp": 3}, s["compiles_by_op"]
+
+
+@pytest.mark.parametrize("mode", ["auto", "1"])
+def test_index_copy_of_padded_rows_into_an_exact_cache(mode):
+    # A static KV cache's update: source rows and positions padded (results of
+    # dynamic ops), the cache exact; the padding rows must not be written.
+    torch.manual_seed(0)
+    cache = torch.randn(2, 2, 40, 4)
+    dev = cache.to("tpu")
+    with dynamic.dynamic_shapes(mode):
+        for i, s in enumerate((5, 6, 7, 3, 9, 12)):
+            src = torch.randn(2, 2, s, 4)
+            debug.reset_stats()
+            cache.index_copy_(2, torch.arange(s) * 3 + 1, src * 2)
+            pos, rows = torch.arange(s, device="tpu") * 3 + 1, src.to("tpu") * 2
+            dev.index_copy_(2, pos, rows)
+            torch.testing.assert_close(dev.cpu(), cache, rtol=0, atol=0)
+            if mode == "auto" and s in (7, 3, 12):  # inside the warm buckets 8 and 16
+                assert torch_tpu._C._padded_shape(rows) != []
+                s_ = debug.stats()
+                assert s_["dynamic_compiles_by_op"].get("index_copy_", 0) == 0, s_
+                assert "index_copy_" not in s_["compiles_by_op"], s_
