@@ -518,13 +518,15 @@ bool OpStaticDims(const Call& call, const std::vector<c10::IValue>& args, CallHi
     for (size_t a : {0, 1}) StaticDims(call, a, hints, 0, normalized(2));
     StaticDims(call, 4, hints);
   } else if (name == "index_copy" || name == "index_copy_") {  // (self, dim, index, source)
-    // Rows are copied along `dim` only: the destination keeps its sizes (the
-    // index check counts them), the source all but `dim`.
-    StaticDims(call, 0, hints);
+    // Rows are copied along `dim` only: the destination and the source keep
+    // their other dims static (a static cache sized per prompt, `dim` runs
+    // dynamic in both; the index check reads the destination's real size).
     const int64_t rank = args.at(3).toTensor().dim();
     const int64_t dim = rank == 0 ? 0 : c10::maybe_wrap_dim(args.at(1).toInt(), rank);
-    StaticDims(call, 3, hints, static_cast<size_t>(dim) + 1);
-    for (int64_t d = 0; d < dim; ++d) StaticDim(call, 3, hints, static_cast<size_t>(d));
+    for (size_t a : {0, 3}) {
+      StaticDims(call, a, hints, static_cast<size_t>(dim) + 1);
+      for (int64_t d = 0; d < dim; ++d) StaticDim(call, a, hints, static_cast<size_t>(d));
+    }
   } else if (name == "nll_loss_forward" || name == "nll_loss_backward") {
     const size_t self = name == "nll_loss_forward" ? 0 : 1;
     StaticDims(call, self, hints, args.at(self).toTensor().dim() >= 2 ? 1 : 0);  // [N, C] or [C]

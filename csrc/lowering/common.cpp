@@ -317,6 +317,20 @@ Value CheckedIndex(Context& c, Value idx, int64_t size, bool allow_negative,
   return b.Select(b.Compare("LT", i, zero), b.Binary("add", i, n), i);
 }
 
+Value CheckedIndexInDim(Context& c, Value idx, Value x, int64_t dim, const std::string& what) {
+  Builder& b = c.b;
+  Value i = b.Convert(idx, ElementType::I64);
+  const auto& shape = i.shape();
+  Value size = b.Convert(b.GetDimensionSize(x, dim), ElementType::I64);
+  Value n = shape.empty() ? size : b.BroadcastInDim(size, shape, {});
+  Value in_range = b.Binary("and", b.Compare("GE", i, b.Splat(ElementType::I64, 0, shape)), b.Compare("LT", i, n));
+  std::vector<int64_t> dims(i.rank());
+  std::iota(dims.begin(), dims.end(), 0);
+  Value all = b.Reduce(in_range, b.ConstantInt(ElementType::Bool, 1), dims, "and");
+  c.Require(all, what + ": index out of range for dimension " + std::to_string(dim) + " of the destination");
+  return i;
+}
+
 // ---------------------------------------------------------------- views
 
 namespace {

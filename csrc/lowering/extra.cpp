@@ -49,7 +49,7 @@ std::vector<Value> IndexCopy(Context& c, const std::vector<Arg>& a) {
   int64_t n = idx.type.numel();
   if (n == 0 || out.numel() == 0) return One(b.Reshape(x, out.shape));
   int64_t dim = WrapDim(a[1].i, x.rank());
-  idx = CheckedIndex(c, idx, x.shape()[dim], false, "index_copy");
+  idx = CheckedIndexInDim(c, idx, x, dim, "index_copy");
   Value src = b.Convert(a[3].tensor, out.dtype);
   std::vector<int64_t> src_shape = x.shape();
   src_shape[dim] = n;

@@ -210,3 +210,16 @@ def test_index_copy_of_padded_rows_into_an_exact_cache(mode):
                 s_ = debug.stats()
                 assert s_["dynamic_compiles_by_op"].get("index_copy_", 0) == 0, s_
                 assert "index_copy_" not in s_["compiles_by_op"], s_
+
+
+def test_index_copy_checks_the_destinations_real_size():
+    # In mode 1 the destination's dim 2 (10) runs at its bucket 16: an index
+    # of 10 lands in the padding, and must raise as it does on exact shapes.
+    dest = torch.zeros(1, 2, 10, 4, device="tpu")
+    src = torch.ones(1, 2, 2, 4, device="tpu")
+    with dynamic.dynamic_shapes("1"):
+        dest.index_copy_(2, torch.tensor([8, 9], device="tpu"), src)
+        assert dest[0, 0, 8:].sum().item() == 8.0
+        with pytest.raises(IndexError, match="index out of range for dimension 2"):
+            dest.index_copy_(2, torch.tensor([9, 10], device="tpu"), src)
+            torch.tpu.synchronize()
