@@ -148,13 +148,17 @@ void PrepareStorage(DeviceStorage* s, hlo::ElementType t, bool keep_capacity) {
 }
 
 // Replaces the storage's bytes by `newsize` bytes, keeping the common prefix.
+// An empty storage (an out= tensor's, resized by the op) has no prefix to
+// keep: the fresh storage is all there is (zero-filled if read before
+// written), so no module per size runs (arange.out compiled a resize per
+// new length).
 void ResizeStorage(const c10::Storage& storage, size_t newsize) {
   FlushPending();
   auto* old = static_cast<DeviceStorage*>(storage.data_ptr().get_context());
   c10::DeviceGuard guard(storage.device());
   at::DataPtr fresh = DeviceAllocator()->allocate(newsize);
   auto* s = static_cast<DeviceStorage*>(fresh.get_context());
-  if (old && old->buffer && newsize > 0) {
+  if (old && old->buffer && old->nbytes > 0 && newsize > 0) {
     hlo::ElementType t = old->dtype;
     int64_t old_n = old->numel(), new_n = static_cast<int64_t>(newsize / hlo::ByteSize(t));
     if (newsize % hlo::ByteSize(t) != 0) t = hlo::ElementType::U8;

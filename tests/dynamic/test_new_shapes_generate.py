@@ -154,3 +154,40 @@ def test_generate_left_padded_batches(llama):
         check_generate(llama, 3, 11, seed=sum(pads), left_pad=pads)
     compiles, by_op = check_generate(llama, 3, 11, seed=7, left_pad=(5, 1, 0))
     assert compiles == 0, by_op
+
+
+def test_static_cache_generate_compiles_only_its_cache_positions(llama):
+    # StaticCache sizes its cache per prompt (prompt + new tokens): the cache
+    # update (index_copy_) and attention run dynamic in that dim. What still
+    # compiles per new length is arange.out (the cache positions: an out=
+    # variant with no tensor input, exact shapes).
+    cpu, dev = llama
+
+    def static(model, ids):
+        with torch.no_grad():
+            return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6,
+                                  do_sample=False, cache_implementation="static")
+
+    for n in (33, 34, 35):
+        ids = prompt(1, n, seed=n)[0]
+        debug.reset_stats()
+        got = static(dev, ids.to("tpu")).cpu()
+        stats = debug.stats()
+        assert torch.equal(got, static(cpu, ids)), n
+        if n == 35:  # inside the warm buckets (prompt 36, cache 40)
+            assert set(stats["compiles_by_op"]) <= {"arange.start_out"}, stats["compiles_by_op"]
+            assert stats["dynamic_compiles_by_op"] == {}, stats["dynamic_compiles_by_op"]
+
+
+def test_out_variants_resize_their_empty_out_without_a_module():
+    # arange.out resizes its empty out tensor: nothing of it to keep, so no
+    # resize module per new length (it compiled one per length).
+    for n in (50, 51):
+        torch.arange(n, device="tpu")
+    debug.reset_stats()
+    got = torch.arange(3, 3 + 52, device="tpu")
+    assert torch.equal(got.cpu(), torch.arange(3, 55))
+    assert debug.stats()["compiles"] == debug.stats()["compiles_by_op"].get("arange.start_out", 0) == 1
+    out = torch.empty(0, device="tpu")
+    torch.arange(4.0, out=out)  # out= on a user's empty tensor
+    assert torch.equal(out.cpu(), torch.arange(4.0))
