@@ -173,6 +173,10 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
 // on a [b, s, h] activation padded in b and s): runs on the buffer's rows,
 // the result padded like them (padded_rows.cpp); nullopt: not such a call.
 std::optional<std::vector<c10::IValue>> RunOnPaddedRows(const Call& call);
+// A small factory at a new size computed by PyTorch's CPU kernel and
+// uploaded (host_factory.cpp); nullopt: compile as usual.
+std::optional<std::vector<c10::IValue>> RunFactoryOnHost(const Call& call, const c10::OperatorHandle& op,
+                                                         const std::vector<c10::IValue>& args);
 // Output specs remembered for an exact-shape key that ran dynamic (null if none).
 const std::vector<OutputSpec>* DynamicSpecs(const std::string& key);
 

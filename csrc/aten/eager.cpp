@@ -133,8 +133,10 @@ std::vector<c10::IValue> RunCall(const OpDesc& desc, const c10::OperatorHandle& 
   FinishPlan(call, args);
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, call.plan.device));
   // Bounded dynamic shapes (dynamic.cpp): a new size of a known signature.
-  if (!Recording() && !(hit && hit->exe))
+  if (!Recording() && !(hit && hit->exe)) {
     if (auto results = RunDynamic(call, op, args)) return std::move(*results);
+    if (auto results = RunFactoryOnHost(call, op, args)) return std::move(*results);
+  }
   if (Recording()) {
     if (!cached) cache[call.plan.key] = Compiled{nullptr, call.cached(), {}};
     return RecordCall(call);

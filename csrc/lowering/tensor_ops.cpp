@@ -379,7 +379,7 @@ const bool registered = [] {
   }
   RuleEntry& zero = Register("zero", [](Context& c, const std::vector<Arg>&) { return One(Zeros(c.b, Out(c))); });
   zero.repeat_safe_writes = zero.overwrites_destination = true;
-  Register("arange.start_out", Arange);
+  Register("arange.start_out", Arange).small_results_on_host = true;
   Register("linspace.out", Linspace);
   Register("eye.out", Eye);
   Register("eye.m_out", Eye);
