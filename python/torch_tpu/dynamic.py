@@ -43,8 +43,12 @@ def set_mode(value: str) -> None:
 
 def forget_sizes() -> None:
     """Forgets the sizes each op signature has seen, so that the next call of
-    a signature is its first again (compiled executables are kept)."""
+    a signature is its first again (compiled executables are kept); also
+    the sizes jax_op families have seen (torch_tpu.pallas)."""
     _C._forget_dynamic_sizes()
+    from . import jax_dynamic  # noqa: PLC0415
+
+    jax_dynamic.forget()
 
 
 @contextmanager
