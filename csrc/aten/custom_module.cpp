@@ -608,6 +608,14 @@ void RegisterCustomModuleRule(const std::string& op, py::function callback) {
 
 }  // namespace
 
+void ClearCustomModuleExecutables() {
+  std::lock_guard<std::mutex> lock(prepared_mu);
+  for (auto& m : PaddedModules()) {
+    std::lock_guard<std::mutex> module_lock(m->mu);
+    m->exes.clear();
+  }
+}
+
 void RegisterCustomModuleBindings(PyObject* module) {
   py::module_ m = py::reinterpret_borrow<py::module_>(module);
   m.def("_run_custom_module", &RunCustomModule, py::arg("key"), py::arg("text"), py::arg("inputs"),

@@ -96,7 +96,15 @@ class DynamicPolicy:
         from .jax_bounds import evaluate  # noqa: PLC0415
 
         out_real = [evaluate(s, env) for s in e.out_shapes]
-        return _C._run_custom_module_padded(e.handle, tensors, out_real, donate)
+        try:
+            return _C._run_custom_module_padded(e.handle, tensors, out_real, donate)
+        except RuntimeError as err:
+            if "compiling the bounded dynamic module failed" not in str(err):
+                raise
+            # XLA's dynamic padder refuses the module: exact shapes for this key.
+            self.exports[key] = None
+            _fallback(self.op.name, "XLA could not pad the module: " + _first_line(err))
+            return None
 
     def _dynamic_dims(self, sig: tuple, shapes: list, hints: list, mode: str) -> list:
         fam_key = _family_of(sig)
@@ -133,9 +141,7 @@ class DynamicPolicy:
                 text, out_avals = jax_bounds.export_bounded(op.flat_fn(sig), structs, bounds,
                                                             torch.tpu.get_platform())
         except Exception as e:  # noqa: BLE001  (JAX raises many types)
-            reason = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-            _FALLBACKS[op.name] = reason
-            _C._count_exact_fallback(f"jax_op:{op.name}", "no bounded export: " + reason)
+            _fallback(op.name, f"no bounded export: {type(e).__name__}: {_first_line(e)}")
             return None
         outputs, out_dynamic, out_shapes = [], [], []
         for a in out_avals:
@@ -149,6 +155,17 @@ class DynamicPolicy:
         handle = _C._custom_module_padded_handle(f"{op.name}|{digest}", text, in_dynamic, in_bucket,
                                                  outputs, out_dynamic)
         return _Bounded(handle, out_shapes)
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:200] if text else ""
+
+
+def _fallback(name: str, reason: str) -> None:
+    """Counts (once per key) that jax_op `name` runs exact shapes, and why."""
+    _FALLBACKS[name] = reason
+    _C._count_exact_fallback(f"jax_op:{name}", reason)
 
 
 def _family_of(sig: tuple) -> tuple:
