@@ -85,7 +85,7 @@ class DynamicPolicy:
         for i, d in dyn:
             symbols.setdefault(shapes[i][d], len(symbols))
         layout = tuple((i, d, symbols[shapes[i][d]]) for i, d in dyn)
-        buckets = tuple(_C._dynamic_bucket(s) for s in symbols)
+        buckets = _bounds(tensors, shapes, layout, [_C._dynamic_bucket(s) for s in symbols])
         key = (_family_of(sig), layout, buckets, _static_sizes(shapes, dyn))
         if key not in self.exports:
             self.exports[key] = self._export(sig, shapes, layout, buckets)
@@ -155,6 +155,22 @@ class DynamicPolicy:
         handle = _C._custom_module_padded_handle(f"{op.name}|{digest}", text, in_dynamic, in_bucket,
                                                  outputs, out_dynamic)
         return _Bounded(handle, out_shapes)
+
+
+def _bounds(tensors: list, shapes: list, layout: tuple, buckets: list) -> tuple:
+    """Each symbol's bound: its size's bucket, or the padded size of an
+    input's storage that a dynamic op left larger (a KV cache grown by a
+    dynamic cat keeps its buffer at the bucket of its bound, often the next
+    one): reading that buffer as it is keeps one executable per buffer size
+    instead of two keys (bucket, buffer) per step."""
+    for i, d, k in layout:
+        padded = _C._padded_shape(tensors[i])
+        if len(padded) != len(shapes[i]) or not buckets[k] < padded[d] <= 2 * buckets[k]:
+            continue
+        if all(p == n for j, (p, n) in enumerate(zip(padded, shapes[i])) if j != d
+               and (i, j) not in {(a, b) for a, b, _ in layout}):
+            buckets[k] = padded[d]
+    return tuple(buckets)
 
 
 def _first_line(e: Exception) -> str:
