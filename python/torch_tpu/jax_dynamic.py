@@ -35,6 +35,7 @@ from . import _C
 
 _POLICIES: "weakref.WeakSet[DynamicPolicy]" = weakref.WeakSet()
 _FALLBACKS: dict[str, str] = {}  # op name -> the last reason it ran exact
+_HINTS = [False]  # some tensor was marked (torch_tpu.dynamic.mark_dynamic / mark_static)
 
 
 def forget() -> None:
@@ -73,8 +74,11 @@ class DynamicPolicy:
     def run(self, values: list, sig: tuple, tensors: list, donate: list) -> Any:
         """The call's outputs run bounded dynamic, or None (run it exact)."""
         mode = _C._dynamic_shapes()
-        hints = [_C._dim_hints(t) for t in tensors]
-        hinted = any("dynamic" in h for h in hints)
+        if _HINTS[0]:
+            hints = [_C._dim_hints(t) for t in tensors]
+            hinted = any("dynamic" in h for h in hints)
+        else:  # no tensor was ever marked: skip the look-ups
+            hints, hinted = [("",) * t.dim() for t in tensors], False
         if (mode == "0" and not hinted) or _C._fusion_enabled():
             return None
         shapes = [tuple(t.shape) for t in tensors]
