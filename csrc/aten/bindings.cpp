@@ -274,6 +274,7 @@ PYBIND11_MODULE(_C, m) {
     torch_tpu::aten::ClearEagerExecutables();
     torch_tpu::aten::ClearPaddedRowsExecutables();
     torch_tpu::aten::ClearDynamicExecutables();
+    torch_tpu::aten::ClearCustomModuleExecutables();
     GetRuntime().ClearCache();
   });
   m.def("_set_launch_blocking", [](bool v) { GetRuntime().set_launch_blocking(v); });

@@ -20,6 +20,19 @@
 //   called there (func.call), its outputs pending values of the chain
 //   (fused.h). _C._set_jax_ops_join_fused(False) makes each call end the
 //   chain and run alone instead (returns the previous setting).
+//   _C._custom_module_padded_handle(key, text, in_dynamic, in_bucket, outputs, out_dynamic) -> int
+//   _C._run_custom_module_padded(handle, inputs, out_real, donate) -> [Tensor...]
+//     A module with bounded dynamic dims (torch_tpu/jax_bounds.py): @main
+//     takes input i at `in_bucket[i]` with the dims flagged in
+//     `in_dynamic[i]` bounded dynamic, and returns `outputs` ((dtype, bound
+//     shape) pairs) with the dims of `out_dynamic` dynamic. One executable
+//     serves every size up to the bounds: a dynamic input is passed in its
+//     padded layout (dynamic.h: a dynamic op's result as it is; an exact
+//     storage padded once), its real sizes as runtime i32 parameters
+//     (set_dimension_size); a dynamic output keeps its buffer at the bound,
+//     its real sizes `out_real[k]` (the caller evaluates JAX's symbolic
+//     result shapes), as dynamic ops' results do. Runs alone (never joins a
+//     fused chain).
 //   _C._register_custom_module_rule(op, callback)
 //     A torch.compile lowering rule (Scope::Graph) for the custom op `op` ("ns::name"):
 //     callback(args) returns the module text for the node's arguments
@@ -37,6 +50,7 @@
 #include <set>
 
 #include "aten/call.h"
+#include "aten/dynamic.h"
 #include "aten/fused.h"
 #include "aten/tpu.h"
 
@@ -313,6 +327,238 @@ std::vector<at::Tensor> RunCustomModule(const std::string& key, const std::strin
   return RunPrepared(m, inputs, donate);
 }
 
+// ------------------------------------------------------------------ bounded dynamic modules
+
+struct PaddedModule {
+  std::string key, text;
+  std::vector<std::vector<bool>> in_dynamic;
+  std::vector<std::vector<int64_t>> in_bucket;
+  std::vector<OutputSpec> outputs;  // at their bounds
+  std::vector<std::vector<bool>> out_dynamic;
+  std::mutex mu;
+  std::map<std::string, pjrt::ExecutablePtr> exes;
+};
+
+std::vector<std::unique_ptr<PaddedModule>>& PaddedModules() {
+  static auto* modules = new std::vector<std::unique_ptr<PaddedModule>>();  // never freed
+  return *modules;
+}
+
+bool AnyTrue(const std::vector<bool>& v) { return std::find(v.begin(), v.end(), true) != v.end(); }
+
+int64_t PreparePaddedModule(const std::string& key, const std::string& text,
+                            const std::vector<std::vector<bool>>& in_dynamic,
+                            const std::vector<std::vector<int64_t>>& in_bucket, const py::list& outputs,
+                            const std::vector<std::vector<bool>>& out_dynamic) {
+  auto m = std::make_unique<PaddedModule>();
+  m->key = key;
+  m->text = text;
+  m->in_dynamic = in_dynamic;
+  m->in_bucket = in_bucket;
+  m->outputs = ParseOutputs(outputs);
+  m->out_dynamic = out_dynamic;
+  TORCH_CHECK(in_dynamic.size() == in_bucket.size() && m->outputs.size() == out_dynamic.size(),
+              "_custom_module_padded_handle: inconsistent input / output descriptions");
+  std::lock_guard<std::mutex> lock(prepared_mu);
+  PaddedModules().push_back(std::move(m));
+  return static_cast<int64_t>(PaddedModules().size()) - 1;
+}
+
+// One input as the executable takes it: a buffer of `dtype` holding the
+// row-major array `layout` (a dynamic input: its bound or larger in the
+// dynamic dims, the real elements at the front; else the tensor's sizes).
+struct PaddedInput {
+  pjrt::BufferPtr buffer;
+  ElementType dtype;
+  std::vector<int64_t> layout;
+};
+
+// A dynamic input's storage in a layout the executable reads: a padded
+// storage that holds at least the bound in each dynamic dim as it is (a
+// dynamic op's result, a KV cache grown by a dynamic cat), else a dense
+// copy padded to the bound.
+PaddedInput PadInput(const at::Tensor& t, const std::vector<bool>& dyn, const std::vector<int64_t>& bucket,
+                     int device) {
+  ElementType dt = ToElementType(t.scalar_type(), "jax_op input");
+  DeviceStorage* s = StorageOf(t);
+  if (s->pending()) FlushPending();
+  if (GeometryOf(t).whole && s->padded() && s->dtype == dt && s->real_shape == t.sizes().vec()) {
+    bool fits = true;
+    for (size_t d = 0; d < dyn.size(); ++d)
+      fits &= dyn[d] ? s->padded_shape[d] >= bucket[d] : s->padded_shape[d] == s->real_shape[d];
+    if (fits) return {s->buffer, dt, s->padded_shape};
+  }
+  at::Tensor dense = DenseInputs({t})[0];
+  DeviceStorage* ds = StorageOf(dense);
+  PrepareStorage(ds, dt, /*keep_capacity=*/true);
+  return {PaddedBuffer(ds, t.sizes().vec(), bucket, device), dt, bucket};
+}
+
+// The wrapper of a bounded module: flat parameters (then one i32 size per
+// dynamic input dim), each input read at its bound with its real sizes set,
+// the module's call, dynamic results padded static at their bounds.
+std::string PaddedWrapperText(const PaddedModule& m, const std::vector<PaddedInput>& in,
+                              const std::map<size_t, size_t>& aliases) {
+  hlo::Builder b("jax_op_dyn");
+  std::vector<Value> params, sizes;
+  for (size_t i = 0; i < in.size(); ++i) {
+    auto alias = aliases.find(i);
+    std::string attrs =
+        alias == aliases.end() ? "" : "tf.aliasing_output = " + std::to_string(alias->second) + " : i32";
+    params.push_back(b.Parameter(TensorType{in[i].dtype, {Numel(in[i].layout)}}, attrs));
+  }
+  for (const auto& dyn : m.in_dynamic)
+    for (bool d : dyn)
+      if (d) sizes.push_back(b.Parameter(TensorType{ElementType::I32, {}}));
+  std::vector<Value> args;
+  size_t next = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    Value v = b.Reshape(params[i], in[i].layout);
+    const std::vector<int64_t>& bound = m.in_bucket[i];
+    if (in[i].layout != bound)
+      v = b.Slice(v, std::vector<int64_t>(bound.size(), 0), bound, std::vector<int64_t>(bound.size(), 1));
+    for (size_t d = 0; d < bound.size(); ++d)
+      if (m.in_dynamic[i][d]) v = b.SetDimensionSize(v, sizes[next++], static_cast<int64_t>(d));
+    args.push_back(v);
+  }
+  std::vector<TensorType> types;
+  for (size_t k = 0; k < m.outputs.size(); ++k) {
+    TensorType t{m.outputs[k].dtype, m.outputs[k].shape};
+    if (AnyTrue(m.out_dynamic[k])) t.dynamic = m.out_dynamic[k];
+    types.push_back(t);
+  }
+  std::vector<Value> results = b.CallBounded(b.EmbedModule(m.text), args, types);
+  std::vector<Value> flat;
+  for (size_t k = 0; k < results.size(); ++k)
+    flat.push_back(AnyTrue(m.out_dynamic[k]) ? PadDynamicResult(b, results[k], m.out_dynamic[k])
+                                             : b.Reshape(results[k], {Numel(m.outputs[k].shape)}));
+  b.Return(flat);
+  return b.ToText();
+}
+
+// Donated input -> output of the same dtype whose bound buffer has the
+// input buffer's element count.
+std::map<size_t, size_t> PaddedDonationTargets(const std::vector<PaddedInput>& in,
+                                               const std::vector<int64_t>& donate,
+                                               const std::vector<OutputSpec>& outputs) {
+  std::map<size_t, size_t> targets;
+  std::set<size_t> taken;
+  for (int64_t d : donate) {
+    TORCH_CHECK(d >= 0 && d < static_cast<int64_t>(in.size()), "jax_op: donated input ", d,
+                " out of range (", in.size(), " tensor inputs)");
+    for (size_t j = 0; j < outputs.size(); ++j) {
+      if (taken.count(j) || outputs[j].dtype != in[d].dtype || Numel(outputs[j].shape) != Numel(in[d].layout))
+        continue;
+      targets[static_cast<size_t>(d)] = j;
+      taken.insert(j);
+      break;
+    }
+  }
+  return targets;
+}
+
+pjrt::ExecutablePtr PaddedExecutable(PaddedModule& m, int device, const std::vector<PaddedInput>& in,
+                                     const std::map<size_t, size_t>& aliases) {
+  std::string suffix = "|" + std::to_string(in.size());
+  for (const PaddedInput& p : in) {
+    suffix += "|";
+    for (int64_t d : p.layout) suffix += std::to_string(d) + ",";
+  }
+  for (const auto& [i, j] : aliases) suffix += "|" + std::to_string(i) + ">" + std::to_string(j);
+  std::string local_key = std::to_string(device) + suffix;
+  auto& rt = GetRuntime();
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    auto it = m.exes.find(local_key);
+    if (it != m.exes.end()) {
+      CountDynamicHit();
+      return it->second;
+    }
+  }
+  int64_t compiles = rt.stats().compiles;
+  pjrt::ExecutablePtr exe;
+  try {
+    exe = rt.GetOrCompile("custom_module_dyn|" + m.key + suffix, device,
+                          [&] { return PaddedWrapperText(m, in, aliases); });
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, "jax_op: compiling the bounded dynamic module failed: ", e.what());
+  }
+  if (rt.stats().compiles != compiles) CountCompile("jax_op", true);
+  CountDynamicExecutable();
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.exes.emplace(local_key, exe);
+  return exe;
+}
+
+std::vector<at::Tensor> RunPaddedModule(int64_t handle, const std::vector<at::Tensor>& inputs,
+                                        const std::vector<std::vector<int64_t>>& out_real,
+                                        const std::vector<int64_t>& donate) {
+  PaddedModule* mp;
+  {
+    std::lock_guard<std::mutex> lock(prepared_mu);
+    TORCH_CHECK(handle >= 0 && handle < static_cast<int64_t>(PaddedModules().size()),
+                "jax_op: unknown padded module handle ", handle);
+    mp = PaddedModules()[handle].get();
+  }
+  PaddedModule& m = *mp;
+  TORCH_CHECK(inputs.size() == m.in_dynamic.size(), "jax_op: ", inputs.size(), " inputs for a module of ",
+              m.in_dynamic.size());
+  TORCH_CHECK(out_real.size() == m.outputs.size(), "jax_op: real sizes of ", out_real.size(),
+              " outputs for a module of ", m.outputs.size());
+  int device = DeviceOf(inputs);
+  FlushPending();  // fused eager: recorded ops write the storages read here
+  std::vector<PaddedInput> in;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const at::Tensor& t = inputs[i];
+    TORCH_CHECK(t.sizes().vec().size() == m.in_bucket[i].size(), "jax_op: input ", i, " has rank ", t.dim());
+    for (size_t d = 0; d < m.in_bucket[i].size(); ++d)
+      TORCH_CHECK(m.in_dynamic[i][d] ? t.size(d) <= m.in_bucket[i][d] : t.size(d) == m.in_bucket[i][d],
+                  "jax_op: input ", i, " of sizes ", t.sizes(), " does not fit the module's bounds");
+    if (AnyTrue(m.in_dynamic[i])) {
+      in.push_back(PadInput(t, m.in_dynamic[i], m.in_bucket[i], device));
+    } else {
+      at::Tensor dense = DenseInputs({t})[0];
+      DeviceStorage* s = StorageOf(dense);
+      ElementType dt = ToElementType(t.scalar_type(), "jax_op input");
+      PrepareStorage(s, dt);
+      in.push_back({s->buffer, dt, t.sizes().vec()});
+    }
+  }
+  std::map<size_t, size_t> aliases = PaddedDonationTargets(in, donate, m.outputs);
+  pjrt::ExecutablePtr exe = PaddedExecutable(m, device, in, aliases);
+  static const std::string op_name = "jax_op";
+  runtime::Launch launch;
+  launch.exe = exe.get();
+  launch.device = device;
+  launch.op = &op_name;
+  for (size_t i = 0; i < in.size(); ++i) launch.params.push_back(runtime::LaunchParam::Of(in[i].buffer, aliases.count(i) > 0));
+  for (size_t i = 0; i < inputs.size(); ++i)
+    for (size_t d = 0; d < m.in_dynamic[i].size(); ++d)
+      if (m.in_dynamic[i][d]) launch.params.push_back(runtime::LaunchParam::Integer(inputs[i].size(d), ElementType::I32));
+  std::vector<pjrt::BufferPtr> outs;
+  try {
+    outs = runtime::Run(GetRuntime(), launch);
+  } catch (const pjrt::Error& e) {
+    TORCH_CHECK(false, "jax_op: ", e.what());
+  }
+  ++GetRuntime().stats().native_ops["jax_op"];
+  std::vector<at::Tensor> results;
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
+  for (size_t k = 0; k < m.outputs.size(); ++k) {
+    at::Tensor t = at::empty(out_real[k], at::TensorOptions()
+                                               .dtype(ToScalarType(m.outputs[k].dtype))
+                                               .device(c10::DeviceType::PrivateUse1, device));
+    DeviceStorage* s = StorageOf(t);
+    s->dtype = m.outputs[k].dtype;
+    if (AnyTrue(m.out_dynamic[k]) && out_real[k] != m.outputs[k].shape)
+      s->SetPadded(outs.at(k), out_real[k], m.outputs[k].shape);
+    else
+      s->Set(outs.at(k));
+    results.push_back(t);
+  }
+  return results;
+}
+
 // One rule argument as the Python callback sees it.
 py::object ArgToPython(const lowering::Arg& a) {
   using Kind = lowering::Arg::Kind;
@@ -362,6 +608,14 @@ void RegisterCustomModuleRule(const std::string& op, py::function callback) {
 
 }  // namespace
 
+void ClearCustomModuleExecutables() {
+  std::lock_guard<std::mutex> lock(prepared_mu);
+  for (auto& m : PaddedModules()) {
+    std::lock_guard<std::mutex> module_lock(m->mu);
+    m->exes.clear();
+  }
+}
+
 void RegisterCustomModuleBindings(PyObject* module) {
   py::module_ m = py::reinterpret_borrow<py::module_>(module);
   m.def("_run_custom_module", &RunCustomModule, py::arg("key"), py::arg("text"), py::arg("inputs"),
@@ -371,6 +625,12 @@ void RegisterCustomModuleBindings(PyObject* module) {
         py::arg("outputs"));
   m.def("_run_custom_module_handle", &RunCustomModuleHandle, py::arg("handle"), py::arg("inputs"),
         py::arg("donate") = std::vector<int64_t>());
+  m.def("_custom_module_padded_handle", &PreparePaddedModule, py::arg("key"), py::arg("text"),
+        py::arg("in_dynamic"), py::arg("in_bucket"), py::arg("outputs"), py::arg("out_dynamic"));
+  m.def("_run_custom_module_padded", &RunPaddedModule, py::arg("handle"), py::arg("inputs"),
+        py::arg("out_real"), py::arg("donate") = std::vector<int64_t>());
+  m.def("_dynamic_bucket", &DynamicBucket);
+  m.def("_count_exact_fallback", &CountExactFallback);
   m.def("_set_jax_ops_join_fused", [](bool on) { return g_join_fused.exchange(on); });
 }
 

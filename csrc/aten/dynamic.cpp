@@ -998,7 +998,7 @@ DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const 
 // first, through the host: an exact buffer's type changes with every size,
 // so a device-side pad would compile per size. The storage stays padded for
 // its next readers.
-runtime::LaunchParam PaddedParam(runtime::DeviceStorage* s, const StorageLayout& layout, int device) {
+pjrt::BufferPtr PaddedStorageBuffer(runtime::DeviceStorage* s, const StorageLayout& layout, int device) {
   bool fits = s->padded() ? SameLayout({s->real_shape, s->padded_shape}, layout) : layout.real == layout.padded;
   if (!fits) {
     auto opts = at::TensorOptions().dtype(ToScalarType(s->dtype));
@@ -1012,7 +1012,11 @@ runtime::LaunchParam PaddedParam(runtime::DeviceStorage* s, const StorageLayout&
     s->SetPadded(GetRuntime().Upload(padded.data_ptr(), s->dtype, {padded.numel()}, device), layout.real,
                  layout.padded);
   }
-  return runtime::LaunchParam::Of(s->buffer);
+  return s->buffer;
+}
+
+runtime::LaunchParam PaddedParam(runtime::DeviceStorage* s, const StorageLayout& layout, int device) {
+  return runtime::LaunchParam::Of(PaddedStorageBuffer(s, layout, device));
 }
 
 // The results of a call a hint made dynamic carry it on the dims that follow
@@ -1110,6 +1114,22 @@ void CountDynamicHit() {
   ++GetRuntime().stats().cache_hits;
 }
 void ForgetDynamicSizes() { State().signatures.clear(); }
+
+int64_t DynamicBucket(int64_t s) { return Bucket(s); }
+pjrt::BufferPtr PaddedBuffer(runtime::DeviceStorage* s, const std::vector<int64_t>& real,
+                             const std::vector<int64_t>& padded, int device) {
+  return PaddedStorageBuffer(s, StorageLayout{real, padded}, device);
+}
+Value PadDynamicResult(hlo::Builder& b, Value v, const std::vector<bool>& dyn) {
+  std::vector<int64_t> order(dyn.size());
+  for (size_t d = 0; d < order.size(); ++d) order[d] = static_cast<int64_t>(d);
+  return PadDynamic(b, v, dyn, order, v.shape());
+}
+void CountExactFallback(const std::string& op, const std::string& reason) {
+  DynamicCounters& c = Counters();
+  ++c.exact_fallbacks;
+  ++c.exact_reasons[op][reason];
+}
 
 void ClearDynamicExecutables() {
   DynamicState& s = State();

@@ -9,6 +9,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "hlo/builder.h"
+#include "runtime/runtime.h"
+
 namespace torch_tpu::aten {
 
 enum class DynamicMode { Off, Auto, All };
@@ -55,5 +58,21 @@ void SetDynamicMode(const std::string& mode);
 void ForgetDynamicSizes();
 // Since the last stats reset.
 DynamicCounters DynamicStats();
+
+// For modules run bounded-dynamic outside the op table (custom_module.cpp:
+// jax_op exports with bounded dims).
+// The bucket a dynamic dim of size `s` runs at (16, 18, 20, ..., 32, 36, ...).
+int64_t DynamicBucket(int64_t s);
+// The buffer of storage `s` laid out row-major at `padded` sizes with its
+// `real` elements at the front of each dim: its buffer when it holds that
+// layout, else padded through the host once (the storage keeps the layout).
+pjrt::BufferPtr PaddedBuffer(runtime::DeviceStorage* s, const std::vector<int64_t>& real,
+                             const std::vector<int64_t>& padded, int device);
+// A result with dynamic dims `dyn` (bounded by its type's shape) as a static
+// flat array of its bound, the real elements at the front of each dim (as
+// dynamic ops' results keep their storages).
+hlo::Value PadDynamicResult(hlo::Builder& b, hlo::Value v, const std::vector<bool>& dyn);
+// Counts a call of `op` that ran exact shapes because of `reason` (exact_reasons).
+void CountExactFallback(const std::string& op, const std::string& reason);
 
 }  // namespace torch_tpu::aten

@@ -52,6 +52,8 @@ void RecordFallback(const std::string& op);
 void RegisterDevice();
 void RegisterDistributedBindings(struct _object* module);  // _C._init_distributed (distributed.cpp)
 void RegisterCustomModuleBindings(struct _object* module);  // _C._run_custom_module (custom_module.cpp)
+// Drops the executables of bounded-dynamic custom modules (debug.clear_cache).
+void ClearCustomModuleExecutables();
 
 // The pieces of the device (allocator.cpp, hooks.cpp, generator.cpp).
 c10::DeviceAllocator* DeviceAllocator();

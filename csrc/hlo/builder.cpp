@@ -395,6 +395,14 @@ std::vector<Value> Builder::Call(const std::string& callee, const std::vector<Va
   return Op("func.call", args, results, "callee = @" + callee);
 }
 
+std::vector<Value> Builder::CallBounded(const std::string& callee, const std::vector<Value>& args,
+                                        const std::vector<TensorType>& results) {
+  keep_dynamic_ = true;
+  std::vector<Value> out = Op("func.call", args, results, "callee = @" + callee);
+  keep_dynamic_ = false;
+  return out;
+}
+
 // ------------------------------------------------------------------ constants
 
 Value Builder::Constant(ElementType t, double v) {

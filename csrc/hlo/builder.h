@@ -226,6 +226,10 @@ class Builder {
   // func.call of `callee` (a symbol EmbedModule returned).
   std::vector<Value> Call(const std::string& callee, const std::vector<Value>& args,
                           const std::vector<TensorType>& results);
+  // The same, the results' bounded dynamic dims kept in their types (a
+  // callee whose results are bounded dynamic).
+  std::vector<Value> CallBounded(const std::string& callee, const std::vector<Value>& args,
+                                 const std::vector<TensorType>& results);
 
  private:
   std::string NewName(int id) const { return "%" + std::to_string(id); }

@@ -44,8 +44,12 @@ def set_mode(value: str) -> None:
 
 def forget_sizes() -> None:
     """Forgets the sizes each op signature has seen, so that the next call of
-    a signature is its first again (compiled executables are kept)."""
+    a signature is its first again (compiled executables are kept); also
+    the sizes jax_op families have seen (torch_tpu.pallas)."""
     _C._forget_dynamic_sizes()
+    from . import jax_dynamic  # noqa: PLC0415
+
+    jax_dynamic.forget()
 
 
 @contextmanager
@@ -81,6 +85,12 @@ def _bound(value: int | None, name: str) -> int:
     return value
 
 
+def _note_hints() -> None:
+    from . import jax_dynamic  # noqa: PLC0415  (jax_op reads hints once any exist)
+
+    jax_dynamic._HINTS[0] = True
+
+
 def mark_dynamic(t: torch.Tensor, dim: Dims, min: int | None = None, max: int | None = None) -> None:
     """Marks dim(s) of `t` dynamic: the ops that take `t` (and, through the
     ops that run dynamic, their results) compile one executable bounded by
@@ -95,6 +105,7 @@ def mark_dynamic(t: torch.Tensor, dim: Dims, min: int | None = None, max: int | 
         raise ValueError(f"torch_tpu.mark_dynamic: min ({lo}) is larger than max ({hi})")
     if t.device.type == "tpu":
         _C._mark_dims(t, dims, True, lo, hi)
+        _note_hints()
     import torch._dynamo
 
     torch._dynamo.mark_dynamic(t, dims, min=min, max=max)
@@ -107,6 +118,7 @@ def mark_static(t: torch.Tensor, dim: Dims) -> None:
     dims = _dims(t, dim, "mark_static")
     if t.device.type == "tpu":
         _C._mark_dims(t, dims, False, -1, -1)
+        _note_hints()
     import torch._dynamo
 
     torch._dynamo.mark_static(t, dims)

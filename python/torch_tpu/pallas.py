@@ -50,6 +50,7 @@ from typing import Any, Callable, Sequence, Union
 import torch
 
 from . import _C
+from .jax_dynamic import DynamicPolicy
 
 __all__ = ["jax_op", "custom_jax_kernel"]
 
@@ -208,6 +209,7 @@ class _JaxOp:
         self._cpu_fns: dict[tuple, Any] = {}  # jitted per signature (CPU tensors)
         self._ready: dict[tuple, tuple] = {}  # signature -> (runtime handle, donated indices)
         self._names = {p.name for p in params}
+        self.dynamic = DynamicPolicy(self)  # bounded dynamic dims (jax_dynamic.py)
         schema = "(" + _params_schema(params) + ") -> " + self.returns
         self.op = torch.library.custom_op(name, self._cpu, mutates_args=(), schema=schema)
         self.op.register_fake(self._fake)
@@ -331,22 +333,32 @@ class _JaxOp:
 
     def launch(self, values: list, sig: tuple) -> Any:
         """Runs the export of ``sig`` on the tensors of ``values``."""
+        tensors = self.tensors(values)
+        out = self.dynamic.run(values, sig, tensors, self.donated(values))  # jax_dynamic.py
+        if out is not None:
+            return self.pack(out)
         ready = self._ready.get(sig)
         if ready is None:
             ready = self._ready[sig] = self._prepare(values, sig)
         handle, donate = ready
-        return self.pack(_C._run_custom_module_handle(handle, self.tensors(values), donate))
+        return self.pack(_C._run_custom_module_handle(handle, tensors, donate))
 
-    def _prepare(self, values: list, sig: tuple) -> tuple:
-        """(the runtime's handle of the export, the flat indices of donated tensors)."""
-        e = self.export(sig)
+    def donated(self, values: list) -> list:
+        """The flat indices of the donated tensors of a call."""
+        if not self.donate_params:
+            return []
         donate, k = [], 0
         for i, (p, v) in enumerate(zip(self.params, values)):
             n = (0 if v is None else 1) if p.kind == "tensor" else len(v) if p.kind == "tensors" else 0
             if i in self.donate_params:
                 donate.extend(range(k, k + n))
             k += n
-        return _C._custom_module_handle(e.key, e.text, e.outputs), donate
+        return donate
+
+    def _prepare(self, values: list, sig: tuple) -> tuple:
+        """(the runtime's handle of the export, the flat indices of donated tensors)."""
+        e = self.export(sig)
+        return _C._custom_module_handle(e.key, e.text, e.outputs), self.donated(values)
 
     def fast(self, args: tuple, kwargs: dict) -> Any:
         """The op's result computed without torch.library's Python dispatch
