@@ -107,36 +107,36 @@ def test_sizes_inside_and_across_buckets_equal_exact_and_jax(lengths: tuple) -> 
 
 
 def test_warm_bucket_compiles_nothing() -> None:
-    """Decode steps 3..16 (one bucket): two exact compiles (the first two
+    """Decode steps 9..16 (one bucket): two exact compiles (the first two
     sizes), one bounded one, then nothing; the next bucket compiles once."""
     _fresh()
     compiles = []
-    for t_len in range(3, 19):
+    for t_len in range(9, 19):
         before = _built()
         q, k, v = _cache(t_len)
         attn_count(q.to("tpu"), k.to("tpu"), v.to("tpu")).cpu()
         compiles.append(_built() - before)
     assert compiles[:2] == [1, 1]  # first size exact; second size: the dim turns dynamic (bucket 16)
-    assert sum(compiles[2:14]) == 0  # lengths 5..16: the warm bucket
-    assert compiles[14] == 1 and compiles[15] == 0  # 17, 18: bucket 18
+    assert sum(compiles[2:8]) == 0  # lengths 11..16: the warm bucket
+    assert compiles[8] == 1 and compiles[9] == 0  # 17, 18: bucket 18
     s = torch_tpu.debug.stats()
     assert s["dynamic_executables"] == 2
-    assert s["dynamic_hits"] == 13
+    assert s["dynamic_hits"] == 7
 
 
 def test_forget_sizes_resets_what_jax_op_saw() -> None:
     """After forget_sizes() the next size of a family runs exact again (its
     first), and the one after it turns the dim dynamic once more."""
     _fresh()
-    for t_len in (5, 6, 7):
+    for t_len in (9, 10, 11):
         q, k, v = _cache(t_len)
         attn_count(q.to("tpu"), k.to("tpu"), v.to("tpu"))
     hits = torch_tpu.debug.stats()["dynamic_hits"]
     torch_tpu.dynamic.forget_sizes()
-    q, k, v = _cache(8)
+    q, k, v = _cache(12)
     attn_count(q.to("tpu"), k.to("tpu"), v.to("tpu"))
     assert torch_tpu.debug.stats()["dynamic_hits"] == hits  # ran exact
-    q, k, v = _cache(9)
+    q, k, v = _cache(13)
     attn_count(q.to("tpu"), k.to("tpu"), v.to("tpu"))
     assert torch_tpu.debug.stats()["dynamic_hits"] == hits + 1  # the kept bucket-16 executable
 
