@@ -44,6 +44,7 @@
 #include <torch/extension.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -88,26 +89,35 @@ std::vector<OutputSpec> ParseOutputs(const py::list& outputs) {
   return specs;
 }
 
-// Input i -> the output its buffer is donated to (same dtype and size), for
-// each index in `donate` that has one.
-std::map<size_t, size_t> DonationTargets(const std::vector<at::Tensor>& inputs,
-                                         const std::vector<int64_t>& donate,
-                                         const std::vector<OutputSpec>& outputs) {
+// Input d -> the output its buffer is donated to (the first free output of
+// the same dtype and element count), for each index in `donate` that has one.
+std::map<size_t, size_t> MatchDonations(size_t num_inputs, const std::vector<int64_t>& donate,
+                                        const std::vector<OutputSpec>& outputs,
+                                        const std::function<ElementType(size_t)>& dtype,
+                                        const std::function<int64_t(size_t)>& numel) {
   std::map<size_t, size_t> targets;
   std::set<size_t> taken;
   for (int64_t d : donate) {
-    TORCH_CHECK(d >= 0 && d < static_cast<int64_t>(inputs.size()), "jax_op: donated input ", d,
-                " out of range (", inputs.size(), " tensor inputs)");
-    const at::Tensor& t = inputs[d];
-    ElementType dt = ToElementType(t.scalar_type(), "jax_op input");
+    TORCH_CHECK(d >= 0 && d < static_cast<int64_t>(num_inputs), "jax_op: donated input ", d,
+                " out of range (", num_inputs, " tensor inputs)");
+    const size_t i = static_cast<size_t>(d);
     for (size_t j = 0; j < outputs.size(); ++j) {
-      if (taken.count(j) || outputs[j].dtype != dt || Numel(outputs[j].shape) != t.numel()) continue;
-      targets[static_cast<size_t>(d)] = j;
+      if (taken.count(j) || outputs[j].dtype != dtype(i) || Numel(outputs[j].shape) != numel(i)) continue;
+      targets[i] = j;
       taken.insert(j);
       break;
     }
   }
   return targets;
+}
+
+std::map<size_t, size_t> DonationTargets(const std::vector<at::Tensor>& inputs,
+                                         const std::vector<int64_t>& donate,
+                                         const std::vector<OutputSpec>& outputs) {
+  return MatchDonations(
+      inputs.size(), donate, outputs,
+      [&](size_t i) { return ToElementType(inputs[i].scalar_type(), "jax_op input"); },
+      [&](size_t i) { return inputs[i].numel(); });
 }
 
 // The module's call on flat storage values: each reshaped to its input's
@@ -441,20 +451,9 @@ std::string PaddedWrapperText(const PaddedModule& m, const std::vector<PaddedInp
 std::map<size_t, size_t> PaddedDonationTargets(const std::vector<PaddedInput>& in,
                                                const std::vector<int64_t>& donate,
                                                const std::vector<OutputSpec>& outputs) {
-  std::map<size_t, size_t> targets;
-  std::set<size_t> taken;
-  for (int64_t d : donate) {
-    TORCH_CHECK(d >= 0 && d < static_cast<int64_t>(in.size()), "jax_op: donated input ", d,
-                " out of range (", in.size(), " tensor inputs)");
-    for (size_t j = 0; j < outputs.size(); ++j) {
-      if (taken.count(j) || outputs[j].dtype != in[d].dtype || Numel(outputs[j].shape) != Numel(in[d].layout))
-        continue;
-      targets[static_cast<size_t>(d)] = j;
-      taken.insert(j);
-      break;
-    }
-  }
-  return targets;
+  return MatchDonations(
+      in.size(), donate, outputs, [&](size_t i) { return in[i].dtype; },
+      [&](size_t i) { return Numel(in[i].layout); });
 }
 
 pjrt::ExecutablePtr PaddedExecutable(PaddedModule& m, int device, const std::vector<PaddedInput>& in,
