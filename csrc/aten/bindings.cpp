@@ -198,6 +198,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("_device_count", [] { return GetRuntime().device_count(); });
   m.def("_platform", [] { return GetRuntime().platform(); });
   m.def("_plugin_path", [] { return GetRuntime().plugin_path(); });
+  m.def("_xla_compile_options", [] {
+    py::dict options;  // name -> value text, as TORCH_TPU_XLA_OPTIONS gave it
+    for (const auto& [name, value] : GetRuntime().xla_options()) options[py::str(name)] = value;
+    return options;
+  });
   m.def("_build_identity", &torch_tpu::runtime::BuildIdentity);
   m.def("_platform_version", [] { return GetRuntime().client().platform_version(); });
   m.def("_device_kind", [](int d) { return GetRuntime().client().devices().at(d).kind; });

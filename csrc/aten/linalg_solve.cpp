@@ -1,5 +1,5 @@
 // _linalg_solve_ex on tpu (torch.linalg.solve, solve_ex), composed of two
-// ops with lowering rules (lowering/diffusion_ops.cpp): linalg_lu_factor_ex
+// ops with lowering rules (lowering/linalg_lu.cpp): linalg_lu_factor_ex
 // of A, then linalg_lu_solve. The returned LU and pivots are those of A,
 // as PyTorch's CPU kernel returns them (its autograd formula solves with
 // them).

@@ -521,6 +521,15 @@ Value Builder::Binary(const std::string& op, Value a, Value b) {
   return Op1("stablehlo." + op, {a, b}, a.type);
 }
 
+Value Builder::Chlo(const std::string& op, const std::vector<Value>& operands) {
+  if (operands.empty()) throw std::logic_error("hlo::Builder: chlo." + op + " without operands");
+  for (const Value& v : operands)
+    if (!(v.type == operands[0].type))
+      throw std::logic_error("hlo::Builder: chlo." + op + " of " + operands[0].type.str() + " and " +
+                             v.type.str());
+  return Op1("chlo." + op, operands, operands[0].type);
+}
+
 Value Builder::Compare(const std::string& direction, Value a, Value b) {
   if (!(a.type == b.type))
     throw std::logic_error("hlo::Builder: compare of " + a.type.str() + " and " +

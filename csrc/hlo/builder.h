@@ -84,6 +84,9 @@ class Builder {
   // ---- elementwise
   Value Unary(const std::string& op, Value x);  // "stablehlo.<op>"
   Value Binary(const std::string& op, Value a, Value b);
+  // "chlo.<op>" (CHLO's elementwise math: erf, erf_inv, lgamma, digamma,
+  // zeta, asin, sinh...), of the type of the first operand.
+  Value Chlo(const std::string& op, const std::vector<Value>& operands);
   Value Compare(const std::string& direction, Value a, Value b);  // EQ NE LT ...
   Value Select(Value pred, Value on_true, Value on_false);
   Value Convert(Value x, ElementType t);  // no-op when same type

@@ -293,6 +293,19 @@ TEST(Hlo, TriangularSolveAndIsFinite) {
   EXPECT_EQ(RunF32(b.ToText(), {{2, 0, 1, 1}, {4, 3}}, {{2, 2}, {2, 1}}, 2), (std::vector<float>{2, 1}));
 }
 
+TEST(Hlo, ChloOpsPrintTheirDialectAndRun) {
+  Builder b("chlo");
+  Value x = b.Parameter({ElementType::F32, {2}});
+  Value e = b.Chlo("erf", {x});
+  b.Return({b.Chlo("erf_inv", {e})});  // erf_inv(erf(x)) = x
+  std::string text = b.ToText();
+  EXPECT_NE(text.find("\"chlo.erf\"(%0)"), std::string::npos) << text;
+  std::vector<float> r = RunF32(text, {{0.25f, -0.5f}}, {{2}}, 2);
+  EXPECT_NEAR(r[0], 0.25f, 1e-5);
+  EXPECT_NEAR(r[1], -0.5f, 1e-5);
+  EXPECT_THROW(b.Chlo("erf", {}), std::logic_error);
+}
+
 TEST(Hlo, ConvolutionAndConstantArrays) {
   Builder b("conv");
   Value x = b.Parameter({ElementType::F32, {1, 1, 4}});

@@ -55,7 +55,7 @@ Value Gelu(const Ew& e, Value x, const std::string& approximate) {
     Value inner = e.Mul(e.K_(beta), e.Add(x, e.Mul(e.K_(kappa), cube)));
     return e.Mul(e.Mul(e.K_(0.5), x), e.Add(e.K_(1), e.Tanh(inner)));
   }
-  Value erf = e.b.Op1("chlo.erf", {e.Mul(x, e.K_(M_SQRT1_2))}, x.type);
+  Value erf = e.b.Chlo("erf", {e.Mul(x, e.K_(M_SQRT1_2))});
   return e.Mul(e.Mul(x, e.K_(0.5)), e.Add(e.K_(1), erf));
 }
 
@@ -76,7 +76,7 @@ Value GeluBackward(const Ew& e, Value dy, Value x, const std::string& approximat
   }
   const double alpha = M_2_SQRTPI * M_SQRT1_2 * 0.5;  // 1 / sqrt(2 pi)
   Value cdf = e.Mul(e.K_(0.5),
-                    e.Add(e.K_(1), e.b.Op1("chlo.erf", {e.Mul(x, e.K_(M_SQRT1_2))}, x.type)));
+                    e.Add(e.K_(1), e.b.Chlo("erf", {e.Mul(x, e.K_(M_SQRT1_2))})));
   Value pdf = e.Mul(e.Exp(e.Mul(e.K_(-0.5), e.Mul(x, x))), e.K_(alpha));
   return e.Mul(dy, e.Add(cdf, e.Mul(x, pdf)));
 }

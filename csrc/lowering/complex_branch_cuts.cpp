@@ -67,11 +67,11 @@ Value NanCases(Builder& b, Value z, Value w, NanZero which) {
   return b.Select(nan_in, b.Complex(re, im), w);
 }
 
-Rule InverseFunction(const std::string& chlo, Sign re_sign, Sign im_sign, NanZero nan_zero) {
+Rule InverseFunction(const std::string& chlo_op, Sign re_sign, Sign im_sign, NanZero nan_zero) {
   return [=](Context& c, const std::vector<Arg>& a) {
     Builder& b = c.b;
     Value z = As(b, a.at(0), Out(c).dtype, Out(c).shape);
-    Value w = b.Op1(chlo, {z}, z.type);
+    Value w = b.Chlo(chlo_op, {z});
     Value re = b.Real(w), im = b.Imag(w);
     w = b.Complex(Signed(b, re, z, re_sign), Signed(b, im, z, im_sign));
     return One(NanCases(b, z, w, nan_zero));
@@ -79,10 +79,10 @@ Rule InverseFunction(const std::string& chlo, Sign re_sign, Sign im_sign, NanZer
 }
 
 const bool registered = [] {
-  RegisterComplex("asin", InverseFunction("chlo.asin", Sign::OfRe, Sign::OfIm, NanZero::Re));
-  RegisterComplex("asinh", InverseFunction("chlo.asinh", Sign::OfRe, Sign::OfIm, NanZero::Im));
-  RegisterComplex("acos", InverseFunction("chlo.acos", Sign::Positive, Sign::OfNegIm, NanZero::ReHalfPi));
-  RegisterComplex("acosh", InverseFunction("chlo.acosh", Sign::Positive, Sign::OfIm, NanZero::ImHalfPi));
+  RegisterComplex("asin", InverseFunction("asin", Sign::OfRe, Sign::OfIm, NanZero::Re));
+  RegisterComplex("asinh", InverseFunction("asinh", Sign::OfRe, Sign::OfIm, NanZero::Im));
+  RegisterComplex("acos", InverseFunction("acos", Sign::Positive, Sign::OfNegIm, NanZero::ReHalfPi));
+  RegisterComplex("acosh", InverseFunction("acosh", Sign::Positive, Sign::OfIm, NanZero::ImHalfPi));
   return true;
 }();
 

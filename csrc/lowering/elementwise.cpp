@@ -1,5 +1,5 @@
 // Elementwise rules: arithmetic, comparison, logical, bitwise, unary math,
-// where, clamp. Inputs are converted to the compute type (PyTorch's opmath:
+// where, clamp, round.decimals. Inputs are converted to the compute type (PyTorch's opmath:
 // f32 for 16-bit floats) and broadcast to the output shape the meta kernel
 // computed; the result is converted to the output dtype.
 #include <cmath>
@@ -10,6 +10,7 @@ namespace torch_tpu::lowering {
 namespace {
 
 using K = Arg::Kind;
+using E = ElementType;
 using Fn1 = std::function<Value(Builder&, Value)>;
 using Fn2 = std::function<Value(Builder&, Value, Value)>;
 
@@ -23,11 +24,11 @@ Rule UnaryRule(Fn1 f) {
   };
 }
 
-// Float-only unary math: integer inputs compute in the (float) output type.
-Rule MathRule(const std::string& op) {
-  return UnaryRule([op](Builder& b, Value x) {
-    if (op.rfind("chlo.", 0) == 0) return b.Op1(op, {x}, x.type);
-    return b.Unary(op, x);
+// Float-only unary math: integer inputs compute in the (float) output type;
+// a StableHLO op, or a CHLO one (`chlo`).
+Rule MathRule(const std::string& op, bool chlo) {
+  return UnaryRule([op, chlo](Builder& b, Value x) {
+    return chlo ? b.Chlo(op, {x}) : b.Unary(op, x);
   });
 }
 
@@ -168,12 +169,40 @@ Value IntPow(Builder& b, Value x, Value y) {
 Value Sigmoid(Builder& b, Value x) { return b.Unary("logistic", x); }
 
 void RegisterUnary(const std::string& name, Fn1 f) { Register(name, UnaryRule(std::move(f))); }
-void RegisterMath(const std::string& name, const std::string& op) {
-  Register(name, MathRule(op));
+void RegisterMath(const std::string& name, const std::string& op, bool chlo) {
+  Register(name, MathRule(op, chlo));
 }
 void RegisterArith(const std::string& base, Fn2 f, bool alpha = false) {
   Register(base + ".Tensor", ArithRule(f, alpha));
   Register(base + ".Scalar", ArithRule(f, alpha));
+}
+
+// round.decimals(self, decimals): PyTorch's formula in the dtype (opmath for
+// 16-bit floats): nearbyint(x * 10^d) / 10^d, or nearbyint(x / 10^-d) *
+// 10^-d for negative d.
+std::vector<Value> RoundDecimals(Context& c, const std::vector<Arg>& a) {
+  const TensorType& out = Out(c);
+  Builder& b = c.b;
+  if (!hlo::IsFloat(out.dtype)) throw Unsupported("round.decimals on a non-float tensor");
+  ElementType ct = ComputeType(out.dtype);
+  Value x = b.Convert(a[0].tensor, ct);
+  int64_t d = a[1].i;
+  if (d == 0) return One(b.Convert(b.Unary("round_nearest_even", x), out.dtype));
+  bool neg = d < 0;
+  double p = std::pow(10.0, static_cast<double>(neg ? -d : d));
+  if (ct == E::F32) p = static_cast<float>(p);
+  // Behind an optimization barrier: XLA would turn a division by a constant
+  // into a multiplication by its (inexact) reciprocal.
+  Value ten = b.BroadcastInDim(
+      b.OptimizationBarrier(b.Constant(ct, p)), x.shape(),
+      {});
+  Value r;
+  if (neg) {
+    r = b.Binary("multiply", b.Unary("round_nearest_even", b.Binary("divide", x, ten)), ten);
+  } else {
+    r = b.Binary("divide", b.Unary("round_nearest_even", b.Binary("multiply", x, ten)), ten);
+  }
+  return One(b.Convert(r, out.dtype));
 }
 
 const bool registered = [] {
@@ -273,14 +302,16 @@ const bool registered = [] {
       {"exp", "exponential"}, {"log", "log"}, {"log1p", "log_plus_one"},
       {"expm1", "exponential_minus_one"}, {"sqrt", "sqrt"}, {"rsqrt", "rsqrt"},
       {"sin", "sine"}, {"cos", "cosine"}, {"tan", "tan"}, {"tanh", "tanh"},
-      {"sigmoid", "logistic"}, {"erf", "chlo.erf"}, {"erfinv", "chlo.erf_inv"},
-      {"asin", "chlo.asin"}, {"acos", "chlo.acos"}, {"atan", "chlo.atan"},
-      {"sinh", "chlo.sinh"}, {"cosh", "chlo.cosh"}, {"asinh", "chlo.asinh"},
-      {"acosh", "chlo.acosh"}, {"atanh", "chlo.atanh"}, {"lgamma", "chlo.lgamma"}};
-  for (const auto& [name, op] : math) RegisterMath(name, op);
+      {"sigmoid", "logistic"}};
+  for (const auto& [name, op] : math) RegisterMath(name, op, false);
+  const std::pair<const char*, const char*> chlo_math[] = {
+      {"erf", "erf"}, {"erfinv", "erf_inv"}, {"asin", "asin"}, {"acos", "acos"},
+      {"atan", "atan"}, {"sinh", "sinh"}, {"cosh", "cosh"}, {"asinh", "asinh"},
+      {"acosh", "acosh"}, {"atanh", "atanh"}, {"lgamma", "lgamma"}};
+  for (const auto& [name, op] : chlo_math) RegisterMath(name, op, true);
   RegisterUnary("digamma", [](Builder& b, Value x) {
     // PyTorch: digamma(+-0) = -+inf (chlo gives nan).
-    Value r = b.Op1("chlo.digamma", {x}, x.type);
+    Value r = b.Chlo("digamma", {x});
     Value zero = Zeros(b, x);
     Value neg_zero = b.Compare("LT", b.Binary("divide", b.Splat(x.dtype(), 1, x.shape()), x), zero);
     Value inf = b.Select(neg_zero, b.Splat(x.dtype(), INFINITY, x.shape()),
@@ -319,6 +350,7 @@ const bool registered = [] {
   RegisterUnary("floor", rounding("floor"));
   RegisterUnary("ceil", rounding("ceil"));
   RegisterUnary("round", rounding("round_nearest_even"));
+  Register("round.decimals", RoundDecimals);
   RegisterUnary("trunc", Trunc);
   RegisterUnary("frac", [](Builder& b, Value x) { return b.Binary("subtract", x, Trunc(b, x)); });
   RegisterUnary("relu", [](Builder& b, Value x) {

@@ -2,8 +2,8 @@
 // x[idx1, :, idx2]; index.Tensor itself is an explicit kernel in
 // aten/data_dependent.cpp that turns bool masks into int indices first),
 // index_put (int indices and bool masks, accumulate or not; index_put_ and
-// x[...] = v derive from it), masked_scatter, embedding_dense_backward and
-// nonzero_static. Every gathered or scattered index goes through
+// x[...] = v derive from it), index_copy, masked_scatter and nonzero_static
+// (embedding_dense_backward is in embedding.cpp). Every gathered or scattered index goes through
 // CheckedIndex: out-of-range indices raise IndexError, negative ones wrap
 // (like CPU) where PyTorch allows them.
 //
@@ -312,32 +312,27 @@ std::vector<Value> MaskedScatter(Context& c, const std::vector<Arg>& a) {
   return One(b.Select(m, b.Reshape(g, out.shape), x));
 }
 
-// embedding_dense_backward(grad_output, indices, num_weights, padding_idx,
-// scale_grad_by_freq): rows of grad summed per index; padding_idx rows get
-// nothing; with scale_grad_by_freq each row is divided by its index's count.
-std::vector<Value> EmbeddingBackward(Context& c, const std::vector<Arg>& a) {
+// index_copy(self, dim, index, source): out.select(dim, index[i]) =
+// source.select(dim, i).
+std::vector<Value> IndexCopy(Context& c, const std::vector<Arg>& a) {
   const TensorType& out = Out(c);
   Builder& b = c.b;
-  ElementType ct = ComputeType(out.dtype);
-  int64_t num_weights = a[2].i, padding_idx = a[3].i;
-  bool scale = a[4].i != 0;
-  Value idx0 = a[1].tensor;
-  int64_t n = idx0.type.numel();
-  int64_t dim = out.shape.at(1);
-  if (n == 0 || out.numel() == 0) return One(Zeros(b, out));
-  Value idx = b.Reshape(CheckedIndex(c, idx0, num_weights, false, "embedding_backward"), {n});
-  Value g = b.Reshape(b.Convert(a[0].tensor, ct), {n, dim});
-  Value keep = b.Compare("NE", idx, b.Splat(E::I64, static_cast<double>(padding_idx), {n}));
-  if (scale) {
-    Value ones = b.Splat(ct, 1, {n});
-    Value counts = b.Scatter(b.Splat(ct, 0, {num_weights}), b.Reshape(idx, {n, 1}), ones, {0},
-                             "add");
-    Value per = b.Gather(counts, b.Reshape(idx, {n, 1}), {0});  // [n]
-    g = b.Binary("divide", g, b.BroadcastInDim(per, {n, dim}, {0}));
-  }
-  g = b.Select(b.BroadcastInDim(keep, {n, dim}, {0}), g, b.Splat(ct, 0, {n, dim}));
-  Value r = b.Scatter(b.Splat(ct, 0, {num_weights, dim}), b.Reshape(idx, {n, 1}), g, {0}, "add");
-  return One(b.Convert(r, out.dtype));
+  Value x = AtLeast1d(b, b.Convert(a[0].tensor, out.dtype));
+  Value idx = a[2].tensor;
+  int64_t n = idx.type.numel();
+  if (n == 0 || out.numel() == 0) return One(b.Reshape(x, out.shape));
+  int64_t dim = WrapDim(a[1].i, x.rank());
+  idx = CheckedIndexInDim(c, idx, x, dim, "index_copy");
+  Value src = b.Convert(a[3].tensor, out.dtype);
+  std::vector<int64_t> src_shape = x.shape();
+  src_shape[dim] = n;
+  src = b.Reshape(src, src_shape);
+  std::vector<int64_t> perm{dim};
+  for (int64_t i = 0; i < x.rank(); ++i)
+    if (i != dim) perm.push_back(i);
+  Value u = b.Transpose(src, perm);
+  Value r = b.Scatter(x, b.Reshape(idx, {n, 1}), u, {dim}, "assign");
+  return One(b.Reshape(r, out.shape));
 }
 
 // nonzero_static(self, size, fill_value): the coordinates of the first
@@ -382,8 +377,8 @@ const bool registered = [] {
   Register("_unsafe_index_put", IndexPut);
   // index backward and index_put_ on some paths: the in-place form derives.
   Register("_index_put_impl", IndexPut);
+  Register("index_copy", IndexCopy);
   Register("masked_scatter", MaskedScatter);
-  Register("embedding_dense_backward", EmbeddingBackward);
   Register("nonzero_static", NonzeroStatic);
   return true;
 }();

@@ -93,8 +93,7 @@ Value Relu(Builder& b, Value x) {
 // gelu(approximate='none'): x * 0.5 * (1 + erf(x / sqrt(2))).
 Value Gelu(Builder& b, Value x) {
   if (!hlo::IsFloat(x.dtype())) throw Unsupported("gelu of an integer tensor");
-  Value e = b.Op1("chlo.erf", {b.Binary("multiply", x, b.Splat(x.dtype(), M_SQRT1_2, x.shape()))},
-                  x.type);
+  Value e = b.Chlo("erf", {b.Binary("multiply", x, b.Splat(x.dtype(), M_SQRT1_2, x.shape()))});
   Value one = b.Splat(x.dtype(), 1, x.shape()), half = b.Splat(x.dtype(), 0.5, x.shape());
   return b.Binary("multiply", b.Binary("multiply", x, half), b.Binary("add", one, e));
 }

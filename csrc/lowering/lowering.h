@@ -190,6 +190,8 @@ ElementType PromoteTypes(ElementType a, ElementType b);
 inline const TensorType& Out(Context& c, size_t i = 0) { return c.outputs.at(i); }
 inline std::vector<Value> One(Value v) { return {v}; }
 inline Value Zeros(Builder& b, const TensorType& t) { return b.Splat(t.dtype, 0, t.shape); }
+// x as a 1-element 1-d value when it is 0-d (rules that index along a dim).
+inline Value AtLeast1d(Builder& b, Value x) { return x.rank() == 0 ? b.Reshape(x, {1}) : x; }
 // Dtype arithmetic runs in: f32 for 16-bit floats (PyTorch's opmath).
 ElementType ComputeType(ElementType t);
 int64_t WrapDim(int64_t dim, int64_t rank);

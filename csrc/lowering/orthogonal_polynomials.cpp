@@ -34,7 +34,7 @@ Value Or(Builder& b, Value x, Value y) { return b.Binary("or", x, y); }
 Value Even(Builder& b, Value n) {
   return b.Compare("EQ", Mul(b, b.Unary("floor", Mul(b, n, Like(b, n, 0.5))), Like(b, n, 2)), n);
 }
-Value Acos(Builder& b, Value x) { return b.Op1("chlo.acos", {x}, x.type); }
+Value Acos(Builder& b, Value x) { return b.Chlo("acos", {x}); }
 Value Where(Builder& b, Value c, Value t, Value f) { return b.Select(c, t, f); }
 
 // P_n(x) by the recurrence, for every element's own n >= 0 (1 for n == 0).

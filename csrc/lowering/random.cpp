@@ -2,7 +2,14 @@
 // keyed by the generator's (seed, offset), a runtime parameter, so a seeded
 // program reproduces run to run and a new draw never recompiles. The stream
 // differs from PyTorch's CPU stream (as CUDA's does).
+// Rules: uniform_, normal_, random_ (.from, .to, plain), bernoulli_.float,
+// and randperm.generator_out: the permutation that sorts n random 64-bit
+// keys (on device, reproducible under torch.manual_seed, not PyTorch's CPU
+// stream). Uniform01 (lowering.h) is the one place random bits become
+// uniform floats.
 #include <cmath>
+#include <limits>
+#include <string>
 
 #include "lowering/lowering.h"
 
@@ -31,12 +38,46 @@ Value Uniform01(Builder& b, Value state, const std::vector<int64_t>& shape, bool
 
 namespace {
 
+using E = ElementType;
+
 bool Wide(ElementType t) { return t == ElementType::F64 || t == ElementType::I64 || t == ElementType::U64; }
 
 double DoubleArg(const Arg& a, double fallback) {
   if (a.kind == K::Double) return a.d;
   if (a.kind == K::Int) return static_cast<double>(a.i);
   return fallback;
+}
+
+// randperm.generator_out(int n, *, Generator? generator, Tensor(a!) out)
+std::vector<Value> RandPerm(Context& c, const std::vector<Arg>& a) {
+  Builder& b = c.b;
+  const TensorType& out = c.outputs.at(0);
+  int64_t n = out.numel();
+  // As the CPU kernel: n - 1 must be representable in the result dtype.
+  auto limit = [&]() -> std::pair<int64_t, const char*> {
+    switch (out.dtype) {
+      case E::I8: return {127, "int8_t"};
+      case E::U8: return {255, "uint8_t"};
+      case E::I16: return {32767, "int16_t"};
+      case E::I32: return {2147483647, "int32_t"};
+      case E::F16: return {(1 << 11) + 1, "Half"};
+      case E::BF16: return {(1 << 8) + 1, "BFloat16"};
+      case E::F32: return {(1 << 24) + 1, "Float"};
+      case E::F64: return {(int64_t{1} << 53) + 1, "Double"};
+      default: return {std::numeric_limits<int64_t>::max(), "int64_t"};
+    }
+  }();
+  if (hlo::IsFloat(out.dtype) ? n > limit.first : n - 1 > limit.first)
+    throw std::invalid_argument(std::string("randperm: n = ") + std::to_string(n) +
+                                " is too large for the result type " + limit.second);
+  if (out.dtype == E::Bool) throw std::invalid_argument("randperm not implemented for 'Bool'");
+  if (n == 0) return {b.Splat(out.dtype, 0, out.shape)};
+  Value keys = b.RandomBits(GeneratorArg(a).tensor, TensorType{E::U64, {n}});
+  Value idx = b.Iota(TensorType{E::I64, {n}}, 0);
+  // Stable: (astronomically unlikely) equal keys still give a permutation.
+  auto r = b.Sort({keys, idx}, 0, /*stable=*/true,
+                  [](Builder& b, const std::vector<Value>& v) { return b.Compare("LT", v[0], v[1]); });
+  return {b.Reshape(b.Convert(r[1], out.dtype), out.shape)};
 }
 
 const bool registered = [] {
@@ -125,6 +166,7 @@ const bool registered = [] {
     Value hit = c.b.Compare("LT", u, c.b.Splat(ElementType::F32, DoubleArg(a.at(1), 0.5), out.shape));
     return std::vector<Value>{c.b.Convert(hit, out.dtype)};
   });
+  RegisterRandom("randperm.generator_out", RandPerm);
   return true;
 }();
 

@@ -3,6 +3,8 @@
 // probabilities, and normal with tensor mean / std. Each inverts the CDF of
 // its distribution over u ~ U[0, 1) (computed in f32, f64 for f64 outputs);
 // the stream differs from CPU's, the distribution is the same.
+// multinomial (categorical draws from [C] or [B, C] weights, with or without
+// replacement) too: inverse CDF with replacement, Gumbel-top-k without.
 #include <cmath>
 
 #include "lowering/lowering.h"
@@ -11,6 +13,7 @@ namespace torch_tpu::lowering {
 namespace {
 
 using K = Arg::Kind;
+using E = ElementType;
 
 bool Wide(const TensorType& t) { return t.dtype == ElementType::F64; }
 ElementType FloatType(const TensorType& t) { return Wide(t) ? ElementType::F64 : ElementType::F32; }
@@ -98,6 +101,73 @@ std::vector<Value> NormalTensors(Context& c, const std::vector<Arg>& a) {
   return One(b.Convert(r, out.dtype));
 }
 
+// Inclusive cumulative sum along the last dim of a [B, C] f32 value.
+Value CumsumLast(Builder& b, Value x) {
+  int64_t rows = x.shape()[0], cols = x.shape()[1];
+  return b.ReduceWindow({x}, {b.ConstantInt(x.dtype(), 0)}, {rows, cols}, {1, cols}, {1, 1}, {1, 1},
+                        {0, cols - 1}, {0, 0}, [](Builder& b, const std::vector<Value>& v) {
+                          return std::vector<Value>{b.Binary("add", v[0], v[1])};
+                        })[0];
+}
+
+// multinomial(self, num_samples, replacement, *, generator). self is [C] or
+// [B, C] non-negative weights. With replacement: inverse CDF (the number of
+// cdf entries <= u); without: Gumbel-top-k.
+std::vector<Value> Multinomial(Context& c, const std::vector<Arg>& a) {
+  const TensorType& out = Out(c);
+  Builder& b = c.b;
+  Value p0 = a[0].tensor;
+  if (p0.rank() < 1 || p0.rank() > 2) throw Unsupported("multinomial: rank must be 1 or 2");
+  int64_t cats = p0.shape().back();
+  int64_t rows = p0.rank() == 2 ? p0.shape()[0] : 1;
+  int64_t n = a[1].i;
+  bool replacement = a[2].kind == K::Bool && a[2].i != 0;
+  if (!replacement && n > cats)
+    throw std::invalid_argument(
+        "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
+  if (out.numel() == 0 || cats == 0) return One(Zeros(b, out));
+  Value state = GeneratorArg(a).tensor;
+  Value p = b.Reshape(b.Convert(p0, E::F32), {rows, cats});
+  Value zero = b.Splat(E::F32, 0, {rows, cats});
+  // Validity: non-negative, finite, positive sum.
+  Value ok_elem = b.Binary("and", b.Compare("GE", p, zero),
+                           b.Compare("LT", p, b.BroadcastInDim(b.MaxValue(E::F32), {rows, cats}, {})));
+  Value ok = b.Reduce(ok_elem, b.ConstantInt(E::Bool, 1), {0, 1}, "and");
+  Value nonzero = b.Compare("GT", p, zero);
+  Value nz_count = b.Reduce(b.Convert(nonzero, E::I64), b.ConstantInt(E::I64, 0), {1}, "add");
+  Value min_nz = b.Reduce(nz_count, b.MaxValue(E::I64), {0}, "minimum");
+  Value need = b.ConstantInt(E::I64, replacement ? 1 : n);
+  c.Require(b.Binary("and", ok, b.Compare("GE", min_nz, need)),
+            "invalid multinomial distribution (negative, inf or NaN "
+            "probabilities, or not enough non-zero categories)");
+  std::vector<int64_t> rs{rows, n, cats};
+  Value iota_c = b.Iota(TensorType{E::I64, {rows, cats}}, 1);
+  Value r;
+  if (replacement) {
+    Value cdf = CumsumLast(b, p);
+    Value total = b.Slice(cdf, {0, cats - 1}, {rows, cats}, {1, 1});  // [rows, 1]
+    cdf = b.Binary("divide", cdf, b.BroadcastInDim(b.Reshape(total, {rows}), {rows, cats}, {0}));
+    Value u = Uniform01(b, state, {rows, n});
+    Value le = b.Compare("LE", b.BroadcastInDim(cdf, rs, {0, 2}), b.BroadcastInDim(u, rs, {0, 1}));
+    Value cnt = b.Reduce(b.Convert(le, E::I64), b.ConstantInt(E::I64, 0), {2}, "add");
+    // Never past the last category of non-zero weight (float rounding).
+    Value last = b.Reduce(b.Select(nonzero, iota_c, b.Splat(E::I64, -1, {rows, cats})),
+                          b.ConstantInt(E::I64, -1), {1}, "maximum");
+    r = b.Binary("minimum", cnt, b.BroadcastInDim(last, {rows, n}, {0}));
+  } else {
+    Value u = Uniform01(b, state, {rows, cats});
+    u = b.Binary("maximum", u, b.Splat(E::F32, 1e-30, {rows, cats}));
+    Value g = b.Unary("negate", b.Unary("log", b.Unary("negate", b.Unary("log", u))));
+    Value keys = b.Binary("add", b.Unary("log", p), g);
+    // Zero weights: -inf keys, never chosen (sort puts them last).
+    keys = b.Select(nonzero, keys, b.BroadcastInDim(b.MinValue(E::F32), {rows, cats}, {}));
+    auto sorted = b.Sort({keys, iota_c}, 1, /*stable=*/true,
+                         [](Builder& b, const std::vector<Value>& v) { return b.Compare("GT", v[0], v[1]); });
+    r = b.Slice(sorted[1], {0, 0}, {rows, n}, {1, 1});
+  }
+  return One(b.Reshape(b.Convert(r, out.dtype), out.shape));
+}
+
 const bool registered = [] {
   Register("exponential_", Exponential);
   Register("cauchy_", Cauchy);
@@ -107,6 +177,7 @@ const bool registered = [] {
   Register("normal.Tensor_float", NormalTensors);
   Register("normal.float_Tensor", NormalTensors);
   Register("normal.Tensor_Tensor", NormalTensors);
+  RegisterRandom("multinomial", Multinomial);
   return true;
 }();
 

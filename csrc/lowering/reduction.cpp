@@ -306,8 +306,6 @@ std::vector<Value> LogSumExp(Context& c, const std::vector<Arg>& a) {
 }
 
 // Softmax-family rules work on a rank >= 1 view (a 0-d tensor is [1]).
-Value AtLeast1d(Builder& b, Value x) { return x.rank() == 0 ? b.Reshape(x, {1}) : x; }
-
 Rule SoftmaxRule(bool log) {
   return [log](Context& c, const std::vector<Arg>& a) {
     Builder& b = c.b;

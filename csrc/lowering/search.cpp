@@ -4,6 +4,8 @@
 // compared with its whole row ([..., M, N] comparisons): fine for the
 // boundary tables these ops take (bins, CDFs). `sorter` is applied first
 // (a gather along the row).
+// isin (Tensor_Tensor, Tensor_Scalar, Scalar_Tensor; invert): the same
+// comparison of every element with every test element, any over the tests.
 #include <string>
 #include <vector>
 
@@ -13,6 +15,7 @@ namespace torch_tpu::lowering {
 namespace {
 
 using K = Arg::Kind;
+using E = ElementType;
 
 // Insertion points of `values` (any shape, or [..., M] matching a batched
 // `seq` [..., N]) in `seq`.
@@ -77,11 +80,41 @@ std::vector<Value> BucketizeRule(Context& c, const std::vector<Arg>& a) {
   return {b.Reshape(r, out.shape)};
 }
 
+// elements (shape S) vs test elements: [N, M] equality, any over M.
+Value IsIn(Context& c, Value elements, Value test, ElementType t, bool invert) {
+  Builder& b = c.b;
+  const TensorType& out = Out(c);
+  int64_t n = elements.type.numel(), m = test.type.numel();
+  if (n == 0) return Zeros(b, out);
+  if (m == 0) {
+    Value v = b.Splat(E::Bool, invert ? 1 : 0, out.shape);
+    return b.Convert(v, out.dtype);
+  }
+  Value e = b.Reshape(b.Convert(elements, t), {n});
+  Value s = b.Reshape(b.Convert(test, t), {m});
+  Value eq = b.Compare("EQ", b.BroadcastInDim(e, {n, m}, {0}), b.BroadcastInDim(s, {n, m}, {1}));
+  Value any = b.Reduce(eq, b.ConstantInt(E::Bool, 0), {1}, "or");
+  if (invert) any = b.Unary("not", any);
+  return b.Reshape(b.Convert(any, out.dtype), out.shape);
+}
+
+std::vector<Value> IsInRule(Context& c, const std::vector<Arg>& a) {
+  ElementType t = ResultType({&a[0], &a[1]}, c.default_float);
+  if (t == E::Bool) t = E::U8;
+  bool invert = a.size() > 3 && a[3].kind == K::Bool && a[3].i != 0;
+  Value e = a[0].kind == K::Scalar ? c.b.Reshape(a[0].tensor, {}) : a[0].tensor;
+  Value s = a[1].kind == K::Scalar ? c.b.Reshape(a[1].tensor, {}) : a[1].tensor;
+  return One(IsIn(c, e, s, t, invert));
+}
+
 const bool registered = [] {
   Register("searchsorted.Tensor", SearchSortedRule);
   Register("searchsorted.Scalar", SearchSortedRule);
   Register("bucketize.Tensor", BucketizeRule);
   Register("bucketize.Scalar", BucketizeRule);
+  Register("isin.Tensor_Tensor", IsInRule);
+  Register("isin.Tensor_Scalar", IsInRule);
+  Register("isin.Scalar_Tensor", IsInRule);
   return true;
 }();
 

@@ -1,9 +1,18 @@
 // Sorting rules: sort.stable (sort, argsort and argsort.stable reach it),
-// topk, kthvalue, median (full and .dim). One stablehlo.sort over two
-// operands (values and an i64 iota) carries the indices; the sort is always
-// stable, so ties keep their original order as on the CPU. NaN sorts as the
-// largest value (PyTorch's order): last ascending, first descending.
+// topk, kthvalue, median (full and .dim) and mode. One stablehlo.sort over
+// two operands (values and an i64 iota) carries the indices; the sort is
+// always stable, so ties keep their original order as on the CPU. NaN sorts
+// as the largest value (PyTorch's order): last ascending, first descending.
+//
+// mode(self, dim, keepdim): the most frequent value of each slice, from one
+// sort. Ties between values go to the smallest value; the index is the LAST
+// occurrence of that value in the slice. That is what the CPU kernel returns
+// whenever it is deterministic (slices of <= 16 elements, where std::sort is
+// an insertion sort); for longer slices the CPU's index depends on its
+// unstable sort (any occurrence of the mode). A NaN is never equal to
+// anything (as on the CPU), so each NaN counts once; NaNs sort last.
 #include <cmath>
+#include <limits>
 
 #include "lowering/lowering.h"
 
@@ -33,8 +42,6 @@ std::pair<Value, Value> SortAlong(Builder& b, Value x, int64_t dim, bool descend
       });
   return {b.Convert(r[0], t), r[1]};
 }
-
-Value AtLeast1d(Builder& b, Value x) { return x.rank() == 0 ? b.Reshape(x, {1}) : x; }
 
 Value SliceDim(Builder& b, Value x, int64_t dim, int64_t start, int64_t limit) {
   std::vector<int64_t> lo(x.rank(), 0), hi = x.shape(), st(x.rank(), 1);
@@ -137,12 +144,85 @@ std::vector<Value> MedianAll(Context& c, const std::vector<Arg>& a) {
   return {Finish(c, v, 0)};
 }
 
+// x shifted by `k` along dim (k > 0: towards higher positions), filled with `fill`.
+Value Shift(Builder& b, Value x, int64_t dim, int64_t k, Value fill) {
+  int64_t r = x.rank();
+  std::vector<int64_t> zeros(r, 0), ones(r, 1), low(r, 0), high(r, 0);
+  if (k > 0) {
+    low[dim] = k;
+    Value padded = b.Pad(x, fill, low, zeros, zeros);
+    return b.Slice(padded, zeros, x.shape(), ones);
+  }
+  high[dim] = -k;
+  Value padded = b.Pad(x, fill, zeros, high, zeros);
+  std::vector<int64_t> start(r, 0), limit = padded.shape();
+  start[dim] = -k;
+  return b.Slice(padded, start, limit, ones);
+}
+
+// Inclusive running maximum along dim (Hillis-Steele, log2(n) steps).
+Value CumMax(Builder& b, Value x, int64_t dim) {
+  Value lowest = b.MinValue(x.dtype());
+  for (int64_t k = 1; k < x.shape()[dim]; k *= 2)
+    x = b.Binary("maximum", x, Shift(b, x, dim, k, lowest));
+  return x;
+}
+
+// mode(self, int dim=-1, bool keepdim=False) -> (values, indices)
+std::vector<Value> Mode(Context& c, const std::vector<Arg>& a) {
+  Builder& b = c.b;
+  Value x0 = a.at(0).tensor;
+  int64_t dim = WrapDim(a.at(1).i, x0.rank());
+  const TensorType& vo = c.outputs.at(0);
+  const TensorType& io = c.outputs.at(1);
+  Value x = AtLeast1d(b, x0);
+  int64_t n = x.shape()[dim];
+  if (vo.numel() == 0 || n == 0) {
+    if (n == 0 && vo.numel() != 0)
+      throw std::out_of_range("mode(): Expected reduction dim " + std::to_string(dim) +
+                              " to have non-zero size.");
+    return {b.Splat(vo.dtype, 0, vo.shape), b.Splat(io.dtype, 0, io.shape)};
+  }
+  E t = x.dtype();
+  Value xv = t == E::Bool ? b.Convert(x, E::U8) : x;
+  auto [s, p] = SortAlong(b, xv, dim, /*descending=*/false);
+  const auto& shape = s.shape();
+  // same[i]: s[i] == s[i-1] (false at i = 0; NaN equals nothing).
+  Value prev = Shift(b, s, dim, 1, b.ConstantInt(s.dtype(), 0));
+  Value pos = b.Iota(TensorType{E::I64, shape}, dim);
+  Value first = b.Compare("EQ", pos, b.Splat(E::I64, 0, shape));
+  Value same = b.Binary("and", b.Compare("EQ", s, prev), b.Unary("not", first));
+  // Start of each element's run, then the run length at its last element.
+  Value start = CumMax(b, b.Select(same, b.Splat(E::I64, 0, shape), pos), dim);
+  Value freq = b.Binary("add", b.Binary("subtract", pos, start), b.Splat(E::I64, 1, shape));
+  Value same_next = Shift(b, same, dim, -1, b.ConstantInt(E::Bool, 0));
+  Value score = b.Select(same_next, b.Splat(E::I64, 0, shape), freq);  // run ends only
+  // Highest count, then lowest sorted position (the smallest value); carry
+  // the value and its original index (the run's last = highest index).
+  auto r = b.ReduceN(
+      {score, pos, s, p},
+      {b.ConstantInt(E::I64, -1), b.ConstantInt(E::I64, std::numeric_limits<int64_t>::max()),
+       b.ConstantInt(s.dtype(), 0), b.ConstantInt(E::I64, 0)},
+      {dim}, [](Builder& rb, const std::vector<Value>& v) {
+        Value fa = v[0], ia = v[1], fb = v[4], ib = v[5];
+        Value pick_a = rb.Binary(
+            "or", rb.Compare("GT", fa, fb),
+            rb.Binary("and", rb.Compare("EQ", fa, fb), rb.Compare("LT", ia, ib)));
+        std::vector<Value> out;
+        for (int k = 0; k < 4; ++k) out.push_back(rb.Select(pick_a, v[k], v[k + 4]));
+        return out;
+      });
+  Value values = b.Convert(r[2], vo.dtype);
+  return {b.Reshape(values, vo.shape), b.Reshape(b.Convert(r[3], io.dtype), io.shape)};
+}
+
 const bool registered = [] {
   Register("sort.stable", Sort);
   Register("topk", TopK);
   Register("kthvalue", KthValue);
   Register("median.dim", MedianDim);
   Register("median", MedianAll);
+  Register("mode", Mode);
   return true;
 }();
 

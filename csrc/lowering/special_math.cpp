@@ -1,10 +1,11 @@
 // Elementwise special functions and NaN-aware binary math that compose from
 // StableHLO / CHLO ops: polygamma, zeta, erfc, sinc, ndtri, xlogy, xlog1py,
-// entr, logaddexp(2), heaviside, fmax / fmin, and the float predicates
-// isposinf / isneginf / signbit. Each follows the CPU kernel's special cases
-// (ATen's native/cpu and native/Math.h); inputs are converted to the compute
+// entr, logaddexp(2), heaviside, fmax / fmin, the float predicates
+// isposinf / isneginf / signbit, and nan_to_num (NaN and infinities
+// replaced). Each follows the CPU kernel's special cases (ATen's native/cpu and native/Math.h); inputs are converted to the compute
 // type of the output (f32 for 16-bit floats) and broadcast to its shape.
 #include <cmath>
+#include <limits>
 
 #include "lowering/lowering.h"
 
@@ -12,6 +13,7 @@ namespace torch_tpu::lowering {
 namespace {
 
 using E = ElementType;
+using K = Arg::Kind;
 using Fn1 = std::function<Value(Builder&, Value)>;
 using Fn2 = std::function<Value(Builder&, Value, Value)>;
 
@@ -101,7 +103,7 @@ Value Zeta(Builder& b, Value s, Value q, int64_t int_s = 0) {
     comp = b.Select(below, next_comp, comp);
     x = b.Select(below, b.Binary("add", x, one), x);
   }
-  Value rest = b.Op1("chlo.zeta", {s, x}, x.type);
+  Value rest = b.Chlo("zeta", {s, x});
   Value r = b.Binary("add", acc, b.Binary("subtract", rest, comp));
   Value inf = Like(b, q, INFINITY), nan = Like(b, q, NAN);
   // s == inf: 1 / q^s is 0 for q > 1, 1 for q == 1, inf below.
@@ -139,7 +141,7 @@ Value Sinc(Builder& b, Value x) {
 // ndtri(p) = sqrt(2) erfinv(2p - 1): the normal quantile.
 Value Ndtri(Builder& b, Value p) {
   Value t = b.Binary("subtract", b.Binary("multiply", p, Like(b, p, 2)), Like(b, p, 1));
-  return b.Binary("multiply", b.Op1("chlo.erf_inv", {t}, t.type), Like(b, p, M_SQRT2));
+  return b.Binary("multiply", b.Chlo("erf_inv", {t}), Like(b, p, M_SQRT2));
 }
 
 // x * log(y) (log1p(y) for xlog1py): NaN when y is NaN, else 0 when x == 0.
@@ -219,11 +221,40 @@ Value SignBit(Builder& b, Value x) {
   return b.Compare("LT", bits, b.Splat(it, 0, bits.shape()));
 }
 
+// nan_to_num(self, nan?, posinf?, neginf?): NaN -> nan (0), +inf -> posinf
+// (the dtype's largest finite value), -inf -> neginf (its lowest); other
+// dtypes unchanged.
+double LargestFinite(ElementType t) {
+  switch (t) {
+    case ElementType::F16: return 65504.0;
+    case ElementType::BF16: return 3.3895313892515355e38;
+    case ElementType::F32: return 3.4028234663852886e38;
+    default: return 1.7976931348623157e308;
+  }
+}
+
+std::vector<Value> NanToNum(Context& c, const std::vector<Arg>& a) {
+  Builder& b = c.b;
+  const TensorType& out = c.outputs.at(0);
+  Value x = b.Convert(a.at(0).tensor, out.dtype);
+  if (!hlo::IsFloat(out.dtype)) return {x};
+  auto value = [&](size_t i, double fallback) {
+    return a.size() > i && a[i].kind == K::Double ? a[i].d : fallback;
+  };
+  const std::vector<int64_t>& shape = out.shape;
+  double big = LargestFinite(out.dtype);
+  Value inf = b.Splat(out.dtype, std::numeric_limits<double>::infinity(), shape);
+  Value r = b.Select(b.Compare("NE", x, x), b.Splat(out.dtype, value(1, 0.0), shape), x);
+  r = b.Select(b.Compare("EQ", x, inf), b.Splat(out.dtype, value(2, big), shape), r);
+  r = b.Select(b.Compare("EQ", x, b.Unary("negate", inf)), b.Splat(out.dtype, value(3, -big), shape), r);
+  return {r};
+}
+
 const bool registered = [] {
   Register("polygamma", Polygamma);
   RegisterBinary("special_zeta", {"special_zeta.self_scalar", "special_zeta.other_scalar"},
                  [](Builder& b, Value s, Value q) { return Zeta(b, s, q); });
-  Register("erfc", Unary([](Builder& b, Value x) { return b.Op1("chlo.erfc", {x}, x.type); }));
+  Register("erfc", Unary([](Builder& b, Value x) { return b.Chlo("erfc", {x}); }));
   Register("sinc", Unary(Sinc));
   Register("special_ndtri", Unary(Ndtri));
   Register("special_entr", Unary(Entr));
@@ -242,6 +273,7 @@ const bool registered = [] {
              return b.Compare("EQ", x, Like(b, x, -INFINITY));
            }, false));
   Register("signbit", Predicate(SignBit, true));
+  Register("nan_to_num", NanToNum);
   return true;
 }();
 

@@ -40,9 +40,6 @@ std::string Combiner(const std::string& op, ElementType t) {
   return op;
 }
 
-// The rank-0 case of gather / scatter / index ops: view as [1].
-Value AtLeast1d(Builder& b, Value x) { return x.rank() == 0 ? b.Reshape(x, {1}) : x; }
-
 // ---------------------------------------------------------------- joining
 
 std::vector<Value> Cat(Context& c, const std::vector<Arg>& a) {

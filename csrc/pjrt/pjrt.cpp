@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <sstream>
 
@@ -393,9 +394,75 @@ size_t NumOutputs(const Api* api, PJRT_LoadedExecutable* exe) {
   return n.num_outputs;
 }
 
+// OptionOverrideProto{oneof: string_field = 1, bool_field = 2,
+// int_field = 3, double_field = 4}.
+std::string OptionOverride(const std::string& text) {
+  std::string out;
+  TypedValue v = TypeOf(text);
+  switch (v.kind) {
+    case TypedValue::Kind::kBool: IntField(out, 2, v.b ? 1 : 0); break;
+    case TypedValue::Kind::kInt: IntField(out, 3, v.i); break;
+    case TypedValue::Kind::kFloat: {
+      Varint(out, (4 << 3) | 1);  // fixed64
+      uint64_t bits;
+      std::memcpy(&bits, &v.d, sizeof(bits));
+      for (int k = 0; k < 8; ++k) out += static_cast<char>((bits >> (8 * k)) & 0xff);
+      break;
+    }
+    case TypedValue::Kind::kString: BytesField(out, 1, text); break;
+  }
+  return out;
+}
+
 }  // namespace
 
-std::string SingleDeviceCompileOptions(int device_id) {
+Options ParseOptionList(const std::string& text, const std::string& source) {
+  Options options;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    std::string item = text.substr(pos, comma - pos);
+    pos = comma + 1;
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw Error(source + ": expected name=value, got '" + item + "'");
+    SetOption(options, item.substr(0, eq), item.substr(eq + 1));
+  }
+  return options;
+}
+
+void SetOption(Options& options, const std::string& name, const std::string& value) {
+  for (auto& option : options) {
+    if (option.first == name) {
+      option.second = value;
+      return;
+    }
+  }
+  options.emplace_back(name, value);
+}
+
+TypedValue TypeOf(const std::string& text) {
+  TypedValue v;
+  auto parses = [&](const char* end) { return !text.empty() && *end == '\0'; };
+  char* end = nullptr;
+  if (text == "true" || text == "false") {
+    v.kind = TypedValue::Kind::kBool;
+    v.b = text == "true";
+    return v;
+  }
+  v.i = std::strtoll(text.c_str(), &end, 10);
+  if (parses(end)) {
+    v.kind = TypedValue::Kind::kInt;
+    return v;
+  }
+  v.d = std::strtod(text.c_str(), &end);
+  if (parses(end)) v.kind = TypedValue::Kind::kFloat;
+  return v;
+}
+
+std::string SingleDeviceCompileOptions(int device_id, const Options& xla_options) {
   // DeviceAssignmentProto{replica_count=1, computation_count=1,
   //   computation_devices{replica_device_ids=[device_id]}}
   std::string computation_device;
@@ -410,20 +477,24 @@ std::string SingleDeviceCompileOptions(int device_id) {
   IntField(build, 4, 1);
   IntField(build, 5, 1);
   BytesField(build, 9, assignment);
-  std::string options;  // CompileOptionsProto{executable_build_options}
-  BytesField(options, 3, build);
+  std::string options;  // CompileOptionsProto{executable_build_options = 3,
+  BytesField(options, 3, build);  //   env_option_overrides = 7 (a map)}
+  // Sorted by name: the same options give the same bytes (a cache key).
+  std::map<std::string, std::string> sorted(xla_options.begin(), xla_options.end());
+  for (const auto& [name, value] : sorted) {
+    std::string entry;  // map entry {key = 1, value = 2}
+    BytesField(entry, 1, name);
+    BytesField(entry, 2, OptionOverride(value));
+    BytesField(options, 7, entry);
+  }
   return options;
 }
 
-Client::Client(std::shared_ptr<const Api> api,
-               const std::vector<std::pair<std::string, std::string>>& options)
+Client::Client(std::shared_ptr<const Api> api, const Options& options)
     : api_(std::move(api)) {
   // Values live inside the PJRT_NamedValue (a union), except strings, which
   // point into `options`.
   std::vector<PJRT_NamedValue> named(options.size());
-  auto parses = [](const std::string& text, const char* end) {
-    return !text.empty() && *end == '\0';
-  };
   for (size_t i = 0; i < options.size(); ++i) {
     const std::string& name = options[i].first;
     const std::string& text = options[i].second;
@@ -433,20 +504,16 @@ Client::Client(std::shared_ptr<const Api> api,
     v.name = name.c_str();
     v.name_size = name.size();
     v.value_size = 1;
-    char* end = nullptr;
-    int64_t as_int = std::strtoll(text.c_str(), &end, 10);
-    bool is_int = parses(text, end);
-    float as_float = std::strtof(text.c_str(), &end);
-    bool is_float = parses(text, end);
-    if (text == "true" || text == "false") {
+    TypedValue typed = TypeOf(text);
+    if (typed.kind == TypedValue::Kind::kBool) {
       v.type = PJRT_NamedValue_kBool;
-      v.bool_value = text == "true";
-    } else if (is_int) {
+      v.bool_value = typed.b;
+    } else if (typed.kind == TypedValue::Kind::kInt) {
       v.type = PJRT_NamedValue_kInt64;
-      v.int64_value = as_int;
-    } else if (is_float) {
+      v.int64_value = typed.i;
+    } else if (typed.kind == TypedValue::Kind::kFloat) {
       v.type = PJRT_NamedValue_kFloat;
-      v.float_value = as_float;
+      v.float_value = static_cast<float>(typed.d);
     } else {
       v.type = PJRT_NamedValue_kString;
       v.string_value = text.c_str();
@@ -532,7 +599,7 @@ ExecutablePtr Client::Compile(const std::string& mlir, int device) const {
   program.code_size = mlir.size();
   program.format = kFormat;
   program.format_size = sizeof(kFormat) - 1;
-  std::string options = SingleDeviceCompileOptions(devices_.at(device).id);
+  std::string options = SingleDeviceCompileOptions(devices_.at(device).id, xla_options_);
   Args<PJRT_Client_Compile_Args> a;
   a.client = client_;
   a.program = &program;

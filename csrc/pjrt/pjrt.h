@@ -126,15 +126,34 @@ struct MemoryStats {
   int64_t bytes_limit = -1;
 };
 
+// Named options as "name=value" text: plugin create options and XLA
+// compile options (env_option_overrides) both come from such lists.
+using Options = std::vector<std::pair<std::string, std::string>>;
+
+// "name=value,name=value" -> pairs in order, empty items skipped; a name
+// given twice keeps its last value. Throws Error naming `source` (the
+// environment variable the text came from) for an item without a name or '='.
+Options ParseOptionList(const std::string& text, const std::string& source);
+// Sets `name` to `value` in `options`, replacing an earlier value.
+void SetOption(Options& options, const std::string& name, const std::string& value);
+
+// An option's value typed by its spelling: true/false -> bool, an integer ->
+// int64, another number ("0.5", "1e-3") -> floating point, else a string.
+struct TypedValue {
+  enum class Kind { kBool, kInt, kFloat, kString } kind = Kind::kString;
+  bool b = false;
+  int64_t i = 0;
+  double d = 0;
+};
+TypedValue TypeOf(const std::string& text);
+
 // A client of one plugin: devices, transfers, compilation.
 class Client {
  public:
   // Plugin create options, e.g. {"cpu_device_count", "2"} for XLA:CPU or
   // {"preallocate", "false"} for the CUDA plugin. Values are typed by their
-  // spelling: true/false -> bool, an integer -> int64, a number with '.' or
-  // 'e' -> float, anything else -> string.
-  Client(std::shared_ptr<const Api> api,
-         const std::vector<std::pair<std::string, std::string>>& options);
+  // spelling (TypeOf; numbers become the API's float).
+  Client(std::shared_ptr<const Api> api, const Options& options);
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -148,6 +167,11 @@ class Client {
   // The host memory may be reused as soon as this returns.
   BufferPtr FromHost(const void* data, BufferType type,
                      const std::vector<int64_t>& dims, int device) const;
+  // XLA debug options (e.g. {"xla_cpu_use_fusion_emitters", "false"})
+  // that every later Compile passes as the compile options'
+  // env_option_overrides. XLA rejects an unknown name when it compiles.
+  void set_xla_options(Options options) { xla_options_ = std::move(options); }
+  const Options& xla_options() const { return xla_options_; }
   // Compiles StableHLO (MLIR text) for one device.
   ExecutablePtr Compile(const std::string& mlir, int device) const;
   ExecutablePtr Deserialize(const std::string& bytes) const;
@@ -159,6 +183,7 @@ class Client {
   std::string platform_name_;
   std::string platform_version_;
   std::vector<DeviceInfo> devices_;
+  Options xla_options_;
 };
 
 // A loaded plugin (dlopen + GetPjrtApi + PJRT_Plugin_Initialize).
@@ -196,8 +221,9 @@ void AbandonPluginInChild();
 bool PluginAbandoned();
 
 // Serialized xla.CompileOptionsProto for one replica, one partition, placed
-// on the device with global id `device_id`. Exposed for tests.
-std::string SingleDeviceCompileOptions(int device_id);
+// on the device with global id `device_id`, with `xla_options` as its
+// env_option_overrides (typed by TypeOf). Exposed for tests.
+std::string SingleDeviceCompileOptions(int device_id, const Options& xla_options = {});
 
 // Extra zeroed bytes appended to every argument struct we pass, reported in
 // struct_size, so that plugins speaking a newer API minor version (whose

@@ -140,5 +140,54 @@ TEST(Pjrt, CompileOptionsEncoding) {
   EXPECT_EQ(SingleDeviceCompileOptions(3), expected);
 }
 
+TEST(Pjrt, CompileOptionsCarryXlaOptionsSortedAndTyped) {
+  std::string base = SingleDeviceCompileOptions(3);
+  // env_option_overrides (field 7) entries {key = 1, value = 2}, sorted by
+  // name; OptionOverrideProto: string 1, bool 2, int64 3, double 4.
+  std::string half("\x21\x00\x00\x00\x00\x00\x00\xe0\x3f", 9);  // 0.5, fixed64
+  std::string expected = base;
+  expected += std::string("\x3a\x07\x0a\x01" "a" "\x12\x02\x18\x07", 9);  // a=7
+  expected += std::string("\x3a\x0e\x0a\x01" "b" "\x12\x09", 7) + half;  // b=0.5
+  expected += std::string("\x3a\x09\x0a\x01" "c" "\x12\x04\x0a\x02" "on", 11);  // c=on
+  expected += std::string("\x3a\x07\x0a\x01" "d" "\x12\x02\x10\x01", 9);  // d=true
+  EXPECT_EQ(SingleDeviceCompileOptions(3, {{"d", "true"}, {"c", "on"}, {"a", "7"}, {"b", "0.5"}}),
+            expected);
+}
+
+TEST(Pjrt, OptionListsParseTyped) {
+  Options o = ParseOptionList("a=1,,b=x,a=2", "TEST_VAR");
+  EXPECT_EQ(o, (Options{{"a", "2"}, {"b", "x"}}));
+  try {
+    ParseOptionList("a=1,novalue", "TEST_VAR");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("TEST_VAR: expected name=value, got 'novalue'"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_EQ(TypeOf("false").kind, TypedValue::Kind::kBool);
+  EXPECT_EQ(TypeOf("-3").i, -3);
+  EXPECT_EQ(TypeOf("1e-3").kind, TypedValue::Kind::kFloat);
+  EXPECT_EQ(TypeOf("3x").kind, TypedValue::Kind::kString);
+}
+
+TEST(Pjrt, XlaOptionsReachTheCompiler) {
+  Client client(CpuPlugin(), {});
+  client.set_xla_options({{"xla_cpu_use_fusion_emitters", "false"}});
+  float a[2] = {1.5f, -2.0f}, b[2] = {0.25f, 4.0f}, out[2] = {0, 0};
+  auto ba = client.FromHost(a, BufferType::F32, {2}, 0);
+  auto bb = client.FromHost(b, BufferType::F32, {2}, 0);
+  auto outs = client.Compile(kAddModule, 0)->Execute({ba->raw(), bb->raw()}, {});
+  outs[0]->ToHost(out, sizeof(out));
+  EXPECT_FLOAT_EQ(out[0], 1.75f);
+  client.set_xla_options({{"xla_no_such_option_anywhere", "1"}});
+  try {
+    client.Compile(kAddModule, 0);
+    FAIL() << "XLA accepted an unknown option";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("xla_no_such_option_anywhere"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace torch_tpu::pjrt

@@ -86,7 +86,7 @@ Runtime& Runtime::Get() {
 Runtime::Runtime(const std::string& plugin_path, int cpu_device_count)
     : plugin_path_(plugin_path) {
   api_ = pjrt::Api::Load(plugin_path);
-  std::vector<std::pair<std::string, std::string>> options;
+  pjrt::Options options;
   // Only the CPU plugin knows cpu_device_count; others reject unknown options.
   if (plugin_path.find("cpu") != std::string::npos)
     options.emplace_back("cpu_device_count", std::to_string(cpu_device_count));
@@ -97,26 +97,15 @@ Runtime::Runtime(const std::string& plugin_path, int cpu_device_count)
     options.emplace_back("preallocate", "false");
   // TORCH_TPU_PJRT_OPTIONS="name=value,name=value" adds or overrides any
   // create option the plugin knows (e.g. memory_fraction=0.5).
-  if (const char* env = std::getenv("TORCH_TPU_PJRT_OPTIONS")) {
-    std::string all = env;
-    size_t pos = 0;
-    while (pos < all.size()) {
-      size_t comma = all.find(',', pos);
-      if (comma == std::string::npos) comma = all.size();
-      std::string item = all.substr(pos, comma - pos);
-      pos = comma + 1;
-      if (item.empty()) continue;
-      size_t eq = item.find('=');
-      if (eq == std::string::npos || eq == 0)
-        throw pjrt::Error("TORCH_TPU_PJRT_OPTIONS: expected name=value, got '" + item + "'");
-      std::string name = item.substr(0, eq);
-      options.erase(std::remove_if(options.begin(), options.end(),
-                                   [&](const auto& o) { return o.first == name; }),
-                    options.end());
-      options.emplace_back(name, item.substr(eq + 1));
-    }
-  }
+  if (const char* env = std::getenv("TORCH_TPU_PJRT_OPTIONS"))
+    for (const auto& [name, value] : pjrt::ParseOptionList(env, "TORCH_TPU_PJRT_OPTIONS"))
+      pjrt::SetOption(options, name, value);
   client_ = std::make_unique<pjrt::Client>(api_, options);
+  // TORCH_TPU_XLA_OPTIONS="name=value,..." sets XLA debug options
+  // (xla_cpu_use_fusion_emitters=false, ...) for every compile; they are
+  // part of the compile options, so of every disk cache key.
+  if (const char* env = std::getenv("TORCH_TPU_XLA_OPTIONS"))
+    client_->set_xla_options(pjrt::ParseOptionList(env, "TORCH_TPU_XLA_OPTIONS"));
   if (client_->devices().empty())
     throw pjrt::Error("PJRT plugin " + plugin_path + " reports no addressable devices");
   memory_.resize(client_->devices().size());
@@ -209,6 +198,10 @@ pjrt::ExecutablePtr Runtime::GetOrCompile(const std::string& key, int device,
     trace::Scope span(trace::Kind::Compile, trace::NameOfKey(key), device);
     exe = client_->Compile(text, device);
   } catch (const pjrt::Error& e) {
+    if (const std::string* name = RejectedXlaOption(e.what()))
+      throw pjrt::Error("TORCH_TPU_XLA_OPTIONS sets '" + *name + "', which XLA does not accept (" +
+                            e.what() + "); remove it or correct its name or value",
+                        e.code());
     // Keep the module for the bug report.
     std::string path = "/tmp/torch_tpu_failed_module_" +
                        std::to_string(std::hash<std::string>()(text)) + ".mlir";
@@ -236,7 +229,17 @@ pjrt::ExecutablePtr Runtime::GetOrCompile(const std::string& key, int device,
 
 std::string Runtime::DiskKeyHead(int device) const {
   return disk_key_prefix_ + "\noptions=" +
-         pjrt::SingleDeviceCompileOptions(client_->devices().at(device).id) + "\nmodule=";
+         pjrt::SingleDeviceCompileOptions(client_->devices().at(device).id,
+                                          client_->xla_options()) +
+         "\nmodule=";
+}
+
+const pjrt::Options& Runtime::xla_options() const { return client_->xla_options(); }
+
+const std::string* Runtime::RejectedXlaOption(const std::string& message) const {
+  for (const auto& option : client_->xla_options())
+    if (message.find(option.first) != std::string::npos) return &option.first;
+  return nullptr;
 }
 
 // Warm start. Loading an executable from the disk cache costs 1-2 ms on a
@@ -284,7 +287,8 @@ void Runtime::StartPrefetch() {
   if (build.empty() || cmdline.empty()) return;
   std::string dir = disk_->Subdir("prefetch");  // "" if it is unsafe (cache refused)
   if (dir.empty()) return;
-  manifest_path_ = dir + "/" + HashName(cmdline + "\n" + build + "\n" + disk_key_prefix_) + ".list";
+  // (DiskKeyHead: the plugin identity and the compile options, XLA's included)
+  manifest_path_ = dir + "/" + HashName(cmdline + "\n" + build + "\n" + DiskKeyHead(0)) + ".list";
   for (auto& [key, file] : disk_->ReadManifest(manifest_path_)) {
     if (!manifest_keys_.insert(key).second) continue;
     prefetch_order_.push_back(key);

@@ -123,6 +123,8 @@ class Runtime {
   // Index of the device holding `buffer` (-2 if none of ours).
   int DeviceIndexOf(const pjrt::Buffer& buffer) const;
   const std::string& plugin_path() const { return plugin_path_; }
+  // The XLA debug options every compile passes (TORCH_TPU_XLA_OPTIONS).
+  const pjrt::Options& xla_options() const;
 
   // Compiled executable for `key`, compiling build() on a miss. Throws
   // pjrt::Error (with the module saved to a file named in the message).
@@ -186,6 +188,8 @@ class Runtime {
   void RecordInManifest(const std::string& key, const std::string& disk_key);
   // Start of every disk key for `device`: plugin identity and compile options.
   std::string DiskKeyHead(int device) const;
+  // The TORCH_TPU_XLA_OPTIONS name a compile error message names, if any.
+  const std::string* RejectedXlaOption(const std::string& message) const;
   static void AtFork(int phase);
   std::string plugin_path_;
   std::unordered_map<std::string, pjrt::BufferPtr> scalars_;

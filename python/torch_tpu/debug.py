@@ -36,6 +36,13 @@ def clear_cache() -> None:
     _C._clear_cache()
 
 
+def xla_compile_options() -> dict[str, str]:
+    """The XLA debug options every compile passes (name -> value as given):
+    what TORCH_TPU_XLA_OPTIONS="name=value,..." set when the runtime started
+    (empty when it is unset)."""
+    return dict(_C._xla_compile_options())
+
+
 def native_ops() -> list[str]:
     """ATen ops (schema names) that have a native lowering rule."""
     return sorted(_C._native_ops())

@@ -1,4 +1,4 @@
-"""index_reduce (csrc/lowering/index_reduce.cpp) and max_unpool2d/3d
+"""index_reduce (csrc/lowering/scatter_reduce.cpp) and max_unpool2d/3d
 (csrc/lowering/max_unpool.cpp): natively, equal to CPU."""
 import pytest
 import torch
