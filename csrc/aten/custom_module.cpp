@@ -222,30 +222,97 @@ int64_t PrepareCustomModule(const std::string& key, const std::string& text,
   return static_cast<int64_t>(Prepared().size()) - 1;
 }
 
-pjrt::ExecutablePtr ExecutableFor(PreparedModule& m, int device, const std::vector<at::Tensor>& dense,
-                                  const std::map<size_t, size_t>& aliases) {
-  std::string suffix = "|" + std::to_string(dense.size());
-  for (const auto& [i, j] : aliases) suffix += "|" + std::to_string(i) + ">" + std::to_string(j);
-  std::string local_key = std::to_string(device) + suffix;
-  auto& rt = GetRuntime();
+// The executable of a registered module for one call: from the module's own
+// map (no key text, no runtime lookup), else through the runtime's memory and
+// disk caches under `cache_key`.
+// map.
+struct FoundExecutable {
+  pjrt::ExecutablePtr exe;
+  bool in_map = false;    // found in the module's map
+  bool compiled = false;  // XLA compiled it (not from a cache)
+};
+FoundExecutable ModuleExecutable(std::mutex& mu, std::map<std::string, pjrt::ExecutablePtr>& exes,
+                                 const std::string& local_key, const std::string& cache_key, int device,
+                                 const std::function<std::string()>& text, const char* what) {
+  FoundExecutable found;
   {
-    std::lock_guard<std::mutex> lock(m.mu);
-    auto it = m.exes.find(local_key);
-    if (it != m.exes.end()) {
-      ++rt.stats().cache_hits;
-      return it->second;
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = exes.find(local_key);
+    if (it != exes.end()) {
+      found.exe = it->second;
+      found.in_map = true;
+      return found;
     }
   }
-  pjrt::ExecutablePtr exe;
+  auto& rt = GetRuntime();
+  int64_t compiles = rt.stats().compiles;
   try {
-    exe = rt.GetOrCompile("custom_module|" + m.key + suffix, device,
-                          [&] { return WrapperText(m.text, dense, m.outputs, aliases); });
+    found.exe = rt.GetOrCompile(cache_key, device, text);
   } catch (const std::exception& e) {
-    TORCH_CHECK(false, "jax_op: compiling the exported module failed: ", e.what());
+    TORCH_CHECK(false, "jax_op: compiling the ", what, " failed: ", e.what());
   }
-  std::lock_guard<std::mutex> lock(m.mu);
-  m.exes.emplace(local_key, exe);
-  return exe;
+  found.compiled = rt.stats().compiles != compiles;
+  std::lock_guard<std::mutex> lock(mu);
+  exes.emplace(local_key, found.exe);
+  return found;
+}
+
+std::string AliasSuffix(const std::map<size_t, size_t>& aliases) {
+  std::string suffix;
+  for (const auto& [i, j] : aliases) suffix += "|" + std::to_string(i) + ">" + std::to_string(j);
+  return suffix;
+}
+
+pjrt::ExecutablePtr ExecutableFor(PreparedModule& m, int device, const std::vector<at::Tensor>& dense,
+                                  const std::map<size_t, size_t>& aliases) {
+  std::string suffix = "|" + std::to_string(dense.size()) + AliasSuffix(aliases);
+  FoundExecutable found = ModuleExecutable(
+      m.mu, m.exes, std::to_string(device) + suffix, "custom_module|" + m.key + suffix, device,
+      [&] { return WrapperText(m.text, dense, m.outputs, aliases); }, "exported module");
+  if (found.in_map) ++GetRuntime().stats().cache_hits;
+  return found.exe;
+}
+
+// Runs a jax_op's executable through the one launcher; returns its results.
+std::vector<pjrt::BufferPtr> LaunchModule(const pjrt::Executable& exe, int device,
+                                          std::vector<runtime::LaunchParam> params) {
+  static const std::string op_name = "jax_op";
+  runtime::Launch launch;
+  launch.exe = &exe;
+  launch.device = device;
+  launch.op = &op_name;
+  launch.params = std::move(params);
+  std::vector<pjrt::BufferPtr> outs;
+  try {
+    outs = runtime::Run(GetRuntime(), launch);
+  } catch (const pjrt::Error& e) {
+    TORCH_CHECK(false, "jax_op: ", e.what());
+  }
+  ++GetRuntime().stats().native_ops["jax_op"];
+  return outs;
+}
+
+// Fresh tpu tensors of sizes `real[k]` taking the results; a result whose
+// buffer is larger (a bounded dynamic output, `bound[k]`) keeps that padded
+// layout in its storage.
+std::vector<at::Tensor> WrapResults(const std::vector<pjrt::BufferPtr>& outs,
+                                    const std::vector<OutputSpec>& outputs,
+                                    const std::vector<std::vector<int64_t>>& real, int device) {
+  std::vector<at::Tensor> results;
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    at::Tensor t = at::empty(real[k], at::TensorOptions()
+                                          .dtype(ToScalarType(outputs[k].dtype))
+                                          .device(c10::DeviceType::PrivateUse1, device));
+    DeviceStorage* s = StorageOf(t);
+    s->dtype = outputs[k].dtype;
+    if (real[k] != outputs[k].shape)
+      s->SetPadded(outs.at(k), real[k], outputs[k].shape);
+    else
+      s->Set(outs.at(k));
+    results.push_back(t);
+  }
+  return results;
 }
 
 // Off: a jax_op ends the fused chain and runs alone, as it did before calls
@@ -282,42 +349,16 @@ std::vector<at::Tensor> RunPrepared(PreparedModule& m, const std::vector<at::Ten
   FlushPending();  // fused eager: recorded ops write the storages read here
   std::map<size_t, size_t> aliases = DonationTargets(dense, donate, outputs);
   pjrt::ExecutablePtr exe = ExecutableFor(m, device, dense, aliases);
-  auto& rt = GetRuntime();
-  std::vector<pjrt::BufferPtr> keep;
-  std::vector<PJRT_Buffer*> buffers;
-  for (const at::Tensor& t : dense) {
-    DeviceStorage* s = StorageOf(t);
-    PrepareStorage(s, ToElementType(t.scalar_type(), "jax_op input"));
-    keep.push_back(s->buffer);
-    buffers.push_back(s->buffer->raw());
+  std::vector<runtime::LaunchParam> params;
+  for (size_t i = 0; i < dense.size(); ++i) {
+    DeviceStorage* s = StorageOf(dense[i]);
+    PrepareStorage(s, ToElementType(dense[i].scalar_type(), "jax_op input"));
+    // The launcher never donates a buffer also passed as another parameter.
+    params.push_back(runtime::LaunchParam::Of(s->buffer, aliases.count(i) > 0));
   }
-  // A buffer passed twice cannot be donated (the execution would read it).
-  std::vector<int64_t> non_donatable;
-  for (size_t p = 0; p < buffers.size(); ++p) {
-    bool donated = aliases.count(p) > 0;
-    for (size_t q = 0; q < buffers.size() && donated; ++q)
-      if (q != p && buffers[q] == buffers[p]) donated = false;
-    if (!donated) non_donatable.push_back(static_cast<int64_t>(p));
-  }
-  std::vector<pjrt::BufferPtr> outs;
-  try {
-    outs = rt.Execute(*exe, buffers, non_donatable, "jax_op");
-  } catch (const pjrt::Error& e) {
-    TORCH_CHECK(false, "jax_op: ", e.what());
-  }
-  ++rt.stats().native_ops["jax_op"];
-  std::vector<at::Tensor> results;
-  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    at::Tensor t = at::empty(outputs[i].shape, at::TensorOptions()
-                                                   .dtype(ToScalarType(outputs[i].dtype))
-                                                   .device(c10::DeviceType::PrivateUse1, device));
-    DeviceStorage* s = StorageOf(t);
-    s->dtype = outputs[i].dtype;
-    s->Set(outs.at(i));
-    results.push_back(t);
-  }
-  return results;
+  std::vector<std::vector<int64_t>> real;
+  for (const OutputSpec& o : outputs) real.push_back(o.shape);
+  return WrapResults(LaunchModule(*exe, device, std::move(params)), outputs, real, device);
 }
 
 std::vector<at::Tensor> RunCustomModuleHandle(int64_t handle, const std::vector<at::Tensor>& inputs,
@@ -369,6 +410,14 @@ int64_t PreparePaddedModule(const std::string& key, const std::string& text,
   m->out_dynamic = out_dynamic;
   TORCH_CHECK(in_dynamic.size() == in_bucket.size() && m->outputs.size() == out_dynamic.size(),
               "_custom_module_padded_handle: inconsistent input / output descriptions");
+  for (size_t i = 0; i < in_dynamic.size(); ++i)
+    TORCH_CHECK(in_dynamic[i].size() == in_bucket[i].size(),
+                "_custom_module_padded_handle: input ", i, " has ", in_bucket[i].size(), " bounds and ",
+                in_dynamic[i].size(), " dynamic flags");
+  for (size_t k = 0; k < out_dynamic.size(); ++k)
+    TORCH_CHECK(out_dynamic[k].size() == m->outputs[k].shape.size(),
+                "_custom_module_padded_handle: output ", k, " has rank ", m->outputs[k].shape.size(),
+                " and ", out_dynamic[k].size(), " dynamic flags");
   std::lock_guard<std::mutex> lock(prepared_mu);
   PaddedModules().push_back(std::move(m));
   return static_cast<int64_t>(PaddedModules().size()) - 1;
@@ -463,30 +512,17 @@ pjrt::ExecutablePtr PaddedExecutable(PaddedModule& m, int device, const std::vec
     suffix += "|";
     for (int64_t d : p.layout) suffix += std::to_string(d) + ",";
   }
-  for (const auto& [i, j] : aliases) suffix += "|" + std::to_string(i) + ">" + std::to_string(j);
-  std::string local_key = std::to_string(device) + suffix;
-  auto& rt = GetRuntime();
-  {
-    std::lock_guard<std::mutex> lock(m.mu);
-    auto it = m.exes.find(local_key);
-    if (it != m.exes.end()) {
-      CountDynamicHit();
-      return it->second;
-    }
+  suffix += AliasSuffix(aliases);
+  FoundExecutable found = ModuleExecutable(
+      m.mu, m.exes, std::to_string(device) + suffix, "custom_module_dyn|" + m.key + suffix, device,
+      [&] { return PaddedWrapperText(m, in, aliases); }, "bounded dynamic module");
+  if (found.in_map) {
+    CountDynamicHit();
+  } else {
+    if (found.compiled) CountCompile("jax_op", true);
+    CountDynamicExecutable();
   }
-  int64_t compiles = rt.stats().compiles;
-  pjrt::ExecutablePtr exe;
-  try {
-    exe = rt.GetOrCompile("custom_module_dyn|" + m.key + suffix, device,
-                          [&] { return PaddedWrapperText(m, in, aliases); });
-  } catch (const std::exception& e) {
-    TORCH_CHECK(false, "jax_op: compiling the bounded dynamic module failed: ", e.what());
-  }
-  if (rt.stats().compiles != compiles) CountCompile("jax_op", true);
-  CountDynamicExecutable();
-  std::lock_guard<std::mutex> lock(m.mu);
-  m.exes.emplace(local_key, exe);
-  return exe;
+  return found.exe;
 }
 
 std::vector<at::Tensor> RunPaddedModule(int64_t handle, const std::vector<at::Tensor>& inputs,
@@ -504,6 +540,15 @@ std::vector<at::Tensor> RunPaddedModule(int64_t handle, const std::vector<at::Te
               m.in_dynamic.size());
   TORCH_CHECK(out_real.size() == m.outputs.size(), "jax_op: real sizes of ", out_real.size(),
               " outputs for a module of ", m.outputs.size());
+  for (size_t k = 0; k < m.outputs.size(); ++k)
+    TORCH_CHECK(out_real[k].size() == m.outputs[k].shape.size(), "jax_op: output ", k, " has rank ",
+                m.outputs[k].shape.size(), ", got real sizes of rank ", out_real[k].size());
+  for (size_t k = 0; k < m.outputs.size(); ++k)
+    for (size_t d = 0; d < out_real[k].size(); ++d)
+      TORCH_CHECK(m.out_dynamic[k][d] ? out_real[k][d] <= m.outputs[k].shape[d]
+                                      : out_real[k][d] == m.outputs[k].shape[d],
+                  "jax_op: output ", k, " real sizes ", out_real[k], " do not fit its bounds ",
+                  m.outputs[k].shape);
   int device = DeviceOf(inputs);
   FlushPending();  // fused eager: recorded ops write the storages read here
   std::vector<PaddedInput> in;
@@ -525,37 +570,12 @@ std::vector<at::Tensor> RunPaddedModule(int64_t handle, const std::vector<at::Te
   }
   std::map<size_t, size_t> aliases = PaddedDonationTargets(in, donate, m.outputs);
   pjrt::ExecutablePtr exe = PaddedExecutable(m, device, in, aliases);
-  static const std::string op_name = "jax_op";
-  runtime::Launch launch;
-  launch.exe = exe.get();
-  launch.device = device;
-  launch.op = &op_name;
-  for (size_t i = 0; i < in.size(); ++i) launch.params.push_back(runtime::LaunchParam::Of(in[i].buffer, aliases.count(i) > 0));
+  std::vector<runtime::LaunchParam> params;
+  for (size_t i = 0; i < in.size(); ++i) params.push_back(runtime::LaunchParam::Of(in[i].buffer, aliases.count(i) > 0));
   for (size_t i = 0; i < inputs.size(); ++i)
     for (size_t d = 0; d < m.in_dynamic[i].size(); ++d)
-      if (m.in_dynamic[i][d]) launch.params.push_back(runtime::LaunchParam::Integer(inputs[i].size(d), ElementType::I32));
-  std::vector<pjrt::BufferPtr> outs;
-  try {
-    outs = runtime::Run(GetRuntime(), launch);
-  } catch (const pjrt::Error& e) {
-    TORCH_CHECK(false, "jax_op: ", e.what());
-  }
-  ++GetRuntime().stats().native_ops["jax_op"];
-  std::vector<at::Tensor> results;
-  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
-  for (size_t k = 0; k < m.outputs.size(); ++k) {
-    at::Tensor t = at::empty(out_real[k], at::TensorOptions()
-                                               .dtype(ToScalarType(m.outputs[k].dtype))
-                                               .device(c10::DeviceType::PrivateUse1, device));
-    DeviceStorage* s = StorageOf(t);
-    s->dtype = m.outputs[k].dtype;
-    if (AnyTrue(m.out_dynamic[k]) && out_real[k] != m.outputs[k].shape)
-      s->SetPadded(outs.at(k), out_real[k], m.outputs[k].shape);
-    else
-      s->Set(outs.at(k));
-    results.push_back(t);
-  }
-  return results;
+      if (m.in_dynamic[i][d]) params.push_back(runtime::LaunchParam::Integer(inputs[i].size(d), ElementType::I32));
+  return WrapResults(LaunchModule(*exe, device, std::move(params)), m.outputs, out_real, device);
 }
 
 // One rule argument as the Python callback sees it.
@@ -609,6 +629,10 @@ void RegisterCustomModuleRule(const std::string& op, py::function callback) {
 
 void ClearCustomModuleExecutables() {
   std::lock_guard<std::mutex> lock(prepared_mu);
+  for (auto& m : Prepared()) {
+    std::lock_guard<std::mutex> module_lock(m->mu);
+    m->exes.clear();
+  }
   for (auto& m : PaddedModules()) {
     std::lock_guard<std::mutex> module_lock(m->mu);
     m->exes.clear();

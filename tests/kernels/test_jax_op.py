@@ -289,3 +289,16 @@ def test_errors():
         bad(torch.ones(3, device="tpu"))
     with pytest.raises(RuntimeError, match="tpu:0|tpu"):
         pair(torch.ones(2, 3, device="tpu"), torch.ones(3, 2))
+
+
+def test_clear_cache_drops_jax_op_executables():
+    x = torch.randn(6, 7, device="tpu")
+    want = sin_mul(x, x).cpu()
+    torch_tpu.debug.clear_cache()
+    torch_tpu.debug.reset_stats()
+    got = sin_mul(x, x).cpu()
+    s = _stats()
+    # The executable is looked up again (compiled, or loaded from the disk
+    # cache), not kept by the registered module past clear_cache().
+    assert s["compiles"] + s["disk_hits"] >= 1
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
