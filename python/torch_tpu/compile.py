@@ -334,6 +334,8 @@ class _Compiled:
                 if self.shapes is not None and _symbolic.is_symbolic_target(node):
                     sym[node] = node.meta["val"]
                     continue
+                if self._symbolic_scalar(node, env, consts, sym):
+                    continue
                 if node.target is operator.getitem:
                     src, idx = node.args
                     if src not in multi:
@@ -433,6 +435,18 @@ class _Compiled:
         if self.device is None:
             self.device = torch.tpu.current_device() if hasattr(torch, "tpu") else 0
         g.compile(self.device)
+
+    def _symbolic_scalar(self, node: torch.fx.Node, env: dict, consts: dict, sym: dict) -> bool:
+        """A CPU scalar_tensor of a symbolic value (``x / math.sqrt(x.shape[-1])``):
+        a number of an exact-shape module (a bounded one refuses it)."""
+        if self.shapes is None or node.target is not torch.ops.aten.scalar_tensor.default:
+            return False
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or _is_tpu(val):
+            return False
+        v = node.args[0]
+        consts[node] = self._arg(v, env, consts, sym, "scalar_tensor", "s") if isinstance(v, torch.fx.Node) else v
+        return True
 
     def _mutation(self, node: torch.fx.Node, input_index: dict, env: dict, mutations: dict) -> None:
         dst, src = node.args[0], node.args[1]
@@ -680,6 +694,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
             # Built per bucket at call time; not saved by the AOTAutograd
             # cache (an _EagerCode declines to be saved).
             compiled = _symbolic.Bucketed(gm, dense_from)
+            _symbolic.CREATED.append(compiled)
             _stats["native_graphs"] += 1
             return eager_cls(compiled) if cacheable else compiled
         compiled = compiled_cls(gm, example_inputs, dense_from)
@@ -801,7 +816,10 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: A
         if os.environ.get("TORCH_TPU_COMPILE_SYMBOLIC", "1") == "0":
             return _Specializing(gm)
         try:
-            return _compile(gm, example_inputs, **kwargs)
+            created = _symbolic.CREATED
+            created.clear()
+            compiled = _compile(gm, example_inputs, **kwargs)
+            return _SymbolicOrSpecializing(gm, compiled, list(created))
         except Exception as e:  # noqa: BLE001  (AOTAutograd raises many types)
             warnings.warn(f"torch_tpu: torch.compile(backend='tpu') could not trace a graph "
                           f"symbolically ({type(e).__name__}: {str(e)[:200]}); it compiles per input "
@@ -809,6 +827,25 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: A
             _symbolic._count_exact(f"symbolic trace failed: {type(e).__name__}")
             return _Specializing(gm)
     return _compile(gm, example_inputs, **kwargs)
+
+
+class _SymbolicOrSpecializing:
+    """A symbolically traced graph (its Bucketed forward / backward), until
+    one of them cannot be lowered even at exact shapes from the symbolic
+    graph (that call ran eagerly): then compiled once per concrete input
+    signature as before (_Specializing, which retraces with concrete sizes)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, compiled: Callable, bucketed: list) -> None:
+        self.gm, self.compiled, self.bucketed = gm, compiled, bucketed
+        self.specializing: _Specializing | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        if self.specializing is not None:
+            return self.specializing(*args)
+        out = self.compiled(*args)
+        if any(b.eager is not None for b in self.bucketed):
+            self.specializing = _Specializing(self.gm)
+        return out
 
 
 def _is_symbolic(a: Any) -> bool:

@@ -40,6 +40,7 @@ from . import _C
 
 _stats = {"bucketed_graphs": 0, "bucket_modules": 0, "exact_shape_graphs": 0, "exact_shape_modules": 0}
 _FALLBACKS: dict[str, int] = {}  # reason -> graphs that ran exact shapes for it
+CREATED: list = []  # the Bucketed graphs of the Dynamo graph being compiled (compile.backend)
 
 
 def fallbacks() -> dict[str, int]:

@@ -269,3 +269,46 @@ def test_training_step_with_ragged_lengths():
             torch.testing.assert_close(pd.grad.cpu(), pc.grad, rtol=1e-4, atol=1e-4)
     assert tpu_compile.stats()["exact_shape_graphs"] == 0, tpu_compile.symbolic_fallbacks()
 
+
+
+def test_static_cache_update_in_place():
+    """A static cache written at a dynamic number of positions (StaticCache's
+    index_copy_): the cache is updated in place (donated), the padded rows of
+    the update are dropped, one module per bucket."""
+    torch.manual_seed(0)
+    cf = torch.compile(lambda cache, pos, k: cache.index_copy_(0, pos, k * 2).sum(0), backend="tpu",
+                       dynamic=True)
+    cache_cpu = torch.zeros(40, 8)
+    cache = cache_cpu.to("tpu")
+    torch._dynamo.mark_static(cache)
+    start = 0
+    for n, new in ((5, True), (6, False), (7, False), (9, True), (12, False)):
+        pos, k = torch.arange(start, start + n), torch.randn(n, 8)
+        start = (start + n) % 20
+        d_pos, d_k = pos.to("tpu"), k.to("tpu")
+        torch._dynamo.mark_static(d_k, 1)
+        before = _modules()[0], _compiles(), tpu_compile.stats()["inputs_donated"]
+        got = cf(cache, d_pos, d_k)
+        assert _modules()[0] - before[0] == int(new), (n, tpu_compile.stats(), tpu_compile.symbolic_fallbacks())
+        if not new:
+            assert _compiles() == before[1], (n, torch_tpu.debug.stats()["compiles_by_op"])
+        assert tpu_compile.stats()["inputs_donated"] == before[2] + 1
+        want = cache_cpu.index_copy_(0, pos, k * 2).sum(0)
+        torch.testing.assert_close(got.cpu(), want, **TOL)
+        torch.testing.assert_close(cache.cpu(), cache_cpu, rtol=0, atol=0)
+    assert tpu_compile.stats()["exact_shape_graphs"] == 0, tpu_compile.symbolic_fallbacks()
+
+
+def test_graph_unlowerable_from_its_symbolic_trace_compiles_per_shape():
+    """CPU scalar arithmetic on a symbolic size (math.sqrt of a dynamic dim)
+    has no exact-shape module from the symbolic graph: that call runs
+    eagerly (correct), later ones compile per concrete shape as before."""
+    def f(x):
+        return torch.softmax(x / math.sqrt(x.shape[-1] // 2), -1)
+
+    cf = torch.compile(f, backend="tpu", dynamic=True)
+    for n in (6, 7, 6):
+        x = torch.randn(n, 16)
+        torch.testing.assert_close(cf(x.to("tpu")).cpu(), f(x), **TOL)
+    s = tpu_compile.stats()
+    assert s["fallback_graphs"] == 1 and s["graphs"] == 3 and s["native_graphs"] == 3, s
