@@ -302,6 +302,16 @@ def _check_positions(base: str, node: torch.fx.Node, is_dynamic: Any) -> None:
         out = node.meta.get("val")
         if _segments(src.shape) != _segments(out.shape):
             raise NotBounded(f"{base} merging or splitting a dynamic dim {tuple(src.shape)} -> {tuple(out.shape)}")
+    if base in ("native_layer_norm", "_fused_rms_norm", "native_layer_norm_backward", "_fused_rms_norm_backward"):
+        x = args[1].meta.get("val") if base.endswith("_backward") else src  # backward: (grad_out, input, ...)
+        shape = args[2] if base.endswith("_backward") else args[1]
+        if any(_dim_is_dynamic(x, d) for d in range(x.dim() - len(shape), x.dim())):
+            raise NotBounded(f"{base} over a dynamic dim (it counts the normalized elements statically)")
+    if base.startswith("_scaled_dot_product_efficient_attention"):
+        for t in args[:3]:
+            v = t.meta.get("val") if isinstance(t, torch.fx.Node) else None
+            if isinstance(v, torch.Tensor) and v.dim() == 4 and (_dim_is_dynamic(v, 1) or _dim_is_dynamic(v, 3)):
+                raise NotBounded("attention with a dynamic head count or head dim")
     if base == "index_copy" and _dim_is_dynamic(src, args[1] if len(args) > 1 else 0):
         raise NotBounded("index_copy into a dynamic dim")
     if base == "embedding" and _dim_is_dynamic(src, 0):

@@ -312,3 +312,16 @@ def test_graph_unlowerable_from_its_symbolic_trace_compiles_per_shape():
         torch.testing.assert_close(cf(x.to("tpu")).cpu(), f(x), **TOL)
     s = tpu_compile.stats()
     assert s["fallback_graphs"] == 1 and s["graphs"] == 3 and s["native_graphs"] == 3, s
+
+
+def test_layer_norm_over_a_padded_hidden_dim_runs_exact():
+    """dynamic=True makes the normalized dim symbolic too: a hidden size of 12
+    (bucket 16) would count 16 elements: exact shapes, CPU's results."""
+    def f(x):
+        return F.layer_norm(x, (x.shape[-1],))
+
+    cf = torch.compile(f, backend="tpu", dynamic=True)
+    for n, h in ((5, 12), (6, 12), (5, 10)):
+        x = torch.randn(n, h) * 3 + 1
+        torch.testing.assert_close(cf(x.to("tpu")).cpu(), f(x), **TOL)
+    assert tpu_compile.stats()["bucket_modules"] == 0, tpu_compile.symbolic_fallbacks()
