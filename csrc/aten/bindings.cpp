@@ -32,12 +32,15 @@ std::vector<int64_t> ShapeOf(const py::handle& h) {
   return s;
 }
 
-// (dtype, shape) pairs.
+// (dtype, shape) pairs, or (dtype, bound shape, dims) triples (graph.h:
+// dims[d] = the runtime size index of a dynamic dim, -1 static).
 std::vector<GraphTensorType> TypesOf(const py::list& l) {
   std::vector<GraphTensorType> out;
   for (auto h : l) {
     auto t = h.cast<py::tuple>();
-    out.push_back({DtypeOf(t[0]), ShapeOf(t[1])});
+    GraphTensorType g{DtypeOf(t[0]), ShapeOf(t[1]), {}};
+    if (t.size() > 2 && !t[2].is_none()) g.dims = t[2].cast<std::vector<int>>();
+    out.push_back(std::move(g));
   }
   return out;
 }
@@ -118,9 +121,12 @@ void RegisterGraphBindings(py::module_& m) {
                       [](const py::tuple& t) { return GraphValueId{t[0].cast<int>()}; }));
   py::class_<Graph>(m, "_Graph")
       .def(py::init<>())
-      .def("add_input", [](Graph& g, py::handle dtype, py::handle shape) {
-        return Guarded([&] { return g.AddInput(DtypeOf(dtype), ShapeOf(shape)); });
-      })
+      .def(
+          "add_input",
+          [](Graph& g, py::handle dtype, py::handle shape, const std::vector<int>& dims) {
+            return Guarded([&] { return g.AddInput(DtypeOf(dtype), ShapeOf(shape), dims); });
+          },
+          py::arg("dtype"), py::arg("shape"), py::arg("dims") = std::vector<int>())
       .def("add_op", [](Graph& g, const std::string& op, const py::list& args, const py::list& outputs) {
         return Guarded([&] { return g.AddOp(op, GraphArgsOf(op, args), TypesOf(outputs)); });
       })
@@ -137,9 +143,12 @@ void RegisterGraphBindings(py::module_& m) {
           },
           py::arg("ids"), py::arg("strides"), py::arg("mutations") = std::vector<std::pair<int, int>>())
       .def("compile", [](Graph& g, int device) { Guarded([&] { g.Compile(device); return 0; }); })
-      .def("run", [](Graph& g, const std::vector<at::Tensor>& inputs) {
-        return Guarded([&] { return g.Run(inputs); });
-      })
+      .def(
+          "run",
+          [](Graph& g, const std::vector<at::Tensor>& inputs, const std::vector<int64_t>& sizes) {
+            return Guarded([&] { return g.Run(inputs, sizes); });
+          },
+          py::arg("inputs"), py::arg("sizes") = std::vector<int64_t>())
       .def("text", &Graph::text)
       .def_static("from_text",
                   [](const std::string& text, const py::list& inputs, const py::list& outputs) {

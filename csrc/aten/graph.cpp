@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "aten/call_args.h"
+#include "aten/dynamic.h"
 
 namespace torch_tpu::aten {
 
@@ -40,9 +41,56 @@ Graph::Graph() : b_("graph") {}
 
 bool Graph::HasRule(const std::string& op) { return lowering::FindForGraph(op) != nullptr; }
 
-int Graph::Add(Value v) {
+int Graph::Add(Value v, std::vector<int> dims) {
+  bool any = false;
+  for (int k : dims) any |= k >= 0;
+  if (!any) dims.clear();
   values_.push_back(v);
+  value_dims_.push_back(std::move(dims));
   return static_cast<int>(values_.size()) - 1;
+}
+
+Value Graph::SizeParam(int k) {
+  TORCH_CHECK(k >= 0 && k < 4096, "torch_tpu graph: bad runtime size index ", k);
+  if (static_cast<size_t>(k) >= size_params_.size()) size_params_.resize(k + 1);
+  if (!size_params_[k].valid()) {
+    ParamSlot slot;
+    slot.kind = ParamSlot::Kind::Size;
+    slot.input = k;
+    params_.push_back(slot);
+    size_params_[k] = b_.Parameter(TensorType{ElementType::I32, {}});
+  }
+  return size_params_[k];
+}
+
+// `v` with each dynamic dim set to its runtime size; `to_static_rest`: its
+// other dims declared static (a result XLA would otherwise infer dynamic).
+Value Graph::WithSizes(Value v, const std::vector<int>& dims, bool to_static_rest) {
+  if (dims.empty() && !to_static_rest) return v;
+  TORCH_CHECK(dims.empty() || dims.size() == v.shape().size(), "torch_tpu graph: ", dims.size(),
+              " dynamic dim entries for a value of rank ", v.shape().size());
+  for (size_t d = 0; d < v.shape().size(); ++d) {
+    int k = dims.empty() ? -1 : dims[d];
+    if (k >= 0)
+      v = b_.SetDimensionSize(v, SizeParam(k), static_cast<int64_t>(d));
+    else if (to_static_rest)
+      v = b_.SetDimensionSize(v, b_.ConstantInt(ElementType::I32, v.shape()[d]), static_cast<int64_t>(d), true);
+  }
+  return v;
+}
+
+std::vector<int64_t> Graph::RealSizes(const std::vector<int64_t>& bound, const std::vector<int>& dims,
+                                      const std::vector<int64_t>& sizes) const {
+  std::vector<int64_t> real = bound;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (dims[d] < 0) continue;
+    TORCH_CHECK(static_cast<size_t>(dims[d]) < sizes.size(), "compiled graph: runtime size ", dims[d],
+                " missing (", sizes.size(), " given)");
+    int64_t n = sizes[dims[d]];
+    TORCH_CHECK(n >= 0 && n <= bound[d], "compiled graph: runtime size ", n, " of a dim bounded by ", bound[d]);
+    real[d] = n;
+  }
+  return real;
 }
 
 const Value& Graph::value(int id) const {
@@ -51,15 +99,16 @@ const Value& Graph::value(int id) const {
   return values_[id];
 }
 
-int Graph::AddInput(at::ScalarType dtype, const std::vector<int64_t>& shape) {
+int Graph::AddInput(at::ScalarType dtype, const std::vector<int64_t>& shape, const std::vector<int>& dims) {
   TORCH_CHECK(!compiled_, "graph already compiled");
+  TORCH_CHECK(dims.empty() || dims.size() == shape.size(), "add_input: one dims entry per dim");
   ElementType t = ToElementType(dtype, "torch.compile input");
   Value p = b_.Parameter(TensorType{t, {Numel(shape)}});
   ParamSlot slot;
   slot.input = static_cast<int>(inputs_.size());
   params_.push_back(slot);
-  inputs_.push_back({t, shape});
-  return Add(b_.Reshape(p, shape));
+  inputs_.push_back({t, shape, dims});
+  return Add(WithSizes(b_.Reshape(p, shape), dims), dims);
 }
 
 namespace {
@@ -139,7 +188,10 @@ std::vector<int> Graph::AddOp(const std::string& op, const std::vector<c10::IVal
   lowering::Context ctx{b_};
   ctx.op = op;
   ctx.fp32_highest = at::globalContext().float32MatmulPrecision() == at::Float32MatmulPrecision::HIGHEST;
-  for (const auto& o : outputs) ctx.outputs.push_back(TensorType{ToElementType(o.dtype, op.c_str()), o.shape});
+  for (const auto& o : outputs) {
+    ctx.outputs.push_back(TensorType{ToElementType(o.dtype, op.c_str()), o.shape});
+    TORCH_CHECK(o.dims.empty() || o.dims.size() == o.shape.size(), op, ": one dims entry per output dim");
+  }
   Plan plan;
   plan.is_out.assign(args.size() + 1, false);
   GraphValues tensors(values_, op);
@@ -165,7 +217,7 @@ std::vector<int> Graph::AddOp(const std::string& op, const std::vector<c10::IVal
     if (v.shape() != ctx.outputs[i].shape)
       throw std::runtime_error(op + ": lowering rule produced " + v.type.str() +
                                " but PyTorch expects " + ctx.outputs[i].str());
-    ids.push_back(Add(b_.Convert(v, ctx.outputs[i].dtype)));
+    ids.push_back(Add(WithSizes(b_.Convert(v, ctx.outputs[i].dtype), outputs[i].dims), outputs[i].dims));
   }
   for (auto& c : ctx.checks) checks_.push_back({c.ok, op + ": " + c.message});
   return ids;
@@ -196,7 +248,9 @@ void Graph::AddMutations(const std::vector<std::pair<int, int>>& mutations, std:
                 "set_outputs: mutation of unknown input ", input);
     TORCH_CHECK(mutated.insert(input).second, "set_outputs: input ", input, " mutated twice");
     const InputSpec& spec = inputs_[input];
-    Value v = value(id);
+    TORCH_CHECK(spec.dims.empty() && value_dims_.at(id).empty(), "set_outputs: input ", input,
+                " has dynamic dims: a graph cannot update it in place");
+    Value v = WithSizes(value(id), {}, !size_params_.empty());
     TORCH_CHECK(v.dtype() == spec.dtype && v.shape() == spec.shape, "set_outputs: input ", input,
                 " is ", hlo::Name(spec.dtype), c10::IntArrayRef(spec.shape),
                 " but its new value is ", v.type.str());
@@ -215,13 +269,25 @@ void Graph::SetOutputs(const std::vector<int>& ids, const std::vector<std::vecto
                        const std::vector<std::pair<int, int>>& mutations) {
   TORCH_CHECK(!compiled_, "graph already compiled");
   TORCH_CHECK(strides.size() == ids.size(), "set_outputs: one stride list per output");
-  std::vector<Value> outs;
+  std::vector<Value> outs, dynamic;
   outputs_.clear();
+  dynamic_outputs_.clear();
+  const bool bounded = !size_params_.empty();
   for (size_t i = 0; i < ids.size(); ++i) {
-    Value v = value(ids[i]);
-    Output o{v.shape(), strides[i], v.dtype()};
+    const std::vector<int>& dims = value_dims_.at(ids[i]);
+    Value v = WithSizes(value(ids[i]), dims, bounded);
+    Output o{v.shape(), strides[i], v.dtype(), dims};
     TORCH_CHECK(o.strides.size() == o.sizes.size(), "set_outputs: bad strides");
-    outs.push_back(OutputValue(v, &o));
+    if (dims.empty()) {
+      outs.push_back(OutputValue(v, &o));
+    } else {
+      // Returned after the checks, static at its bound (padded storage).
+      std::vector<bool> dyn;
+      for (int k : dims) dyn.push_back(k >= 0);
+      o.strides = lowering::ContiguousStrides(o.sizes);
+      dynamic.push_back(PadDynamicResult(b_, v, dyn));
+      dynamic_outputs_.push_back(i);
+    }
     outputs_.push_back(o);
   }
   AddMutations(mutations, &outs);
@@ -229,6 +295,7 @@ void Graph::SetOutputs(const std::vector<int>& ids, const std::vector<std::vecto
     outs.push_back(c.first);
     check_messages_.push_back(c.second);
   }
+  outs.insert(outs.end(), dynamic.begin(), dynamic.end());
   b_.Return(outs);
   text_ = b_.ToText();
   returned_ = true;
@@ -252,19 +319,39 @@ void Graph::Compile(int device) {
   compiled_ = true;
 }
 
-std::vector<at::Tensor> Graph::DenseInputs(const std::vector<at::Tensor>& inputs) {
+// A dynamic input as the module reads it: its storage's buffer laid out at
+// the bound (a storage in another layout, or a view, is padded once, through
+// the host, as eager's first dynamic op of a chain pads its input).
+at::Tensor Graph::PaddedInput(const at::Tensor& t, size_t i, pjrt::BufferPtr* buffer) {
+  const InputSpec& spec = inputs_[i];
+  at::Tensor dense = t;
+  if (!GeometryOf(t).whole) {
+    dense = at::empty(t.sizes(), t.options());
+    if (t.numel() > 0) RunInto(kCopyRule, {t}, dense);
+  }
+  DeviceStorage* s = StorageOf(dense);
+  PrepareStorage(s, spec.dtype, /*keep_capacity=*/true);
+  *buffer = PaddedBuffer(s, t.sizes().vec(), spec.shape, device_);
+  return dense;
+}
+
+std::vector<at::Tensor> Graph::DenseInputs(const std::vector<at::Tensor>& inputs, const std::vector<int64_t>& sizes,
+                                           std::vector<pjrt::BufferPtr>* padded) {
   TORCH_CHECK(inputs.size() == inputs_.size(), "compiled graph expects ", inputs_.size(),
               " inputs, got ", inputs.size());
   std::vector<at::Tensor> dense(inputs.size());
+  padded->assign(inputs.size(), nullptr);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const at::Tensor& t = inputs[i];
     TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1 && t.device().index() == device_,
                 "compiled graph input ", i, " must be on tpu:", device_, ", got ", t.device());
-    TORCH_CHECK(ToElementType(t.scalar_type(), "input") == inputs_[i].dtype &&
-                    t.sizes().vec() == inputs_[i].shape,
+    const std::vector<int64_t> real = RealSizes(inputs_[i].shape, inputs_[i].dims, sizes);
+    TORCH_CHECK(ToElementType(t.scalar_type(), "input") == inputs_[i].dtype && t.sizes().vec() == real,
                 "compiled graph input ", i, " has type ", t.scalar_type(), t.sizes(),
-                ", the graph was compiled for another one");
-    if (GeometryOf(t).whole) {
+                ", the graph was compiled for another one (", c10::IntArrayRef(real), ")");
+    if (!inputs_[i].dims.empty()) {
+      dense[i] = PaddedInput(t, i, &(*padded)[i]);
+    } else if (GeometryOf(t).whole) {
       dense[i] = t;
     } else {
       dense[i] = at::empty(t.sizes(), t.options());
@@ -274,13 +361,21 @@ std::vector<at::Tensor> Graph::DenseInputs(const std::vector<at::Tensor>& inputs
   return dense;
 }
 
-std::vector<LaunchParam> Graph::LaunchParams(const std::vector<at::Tensor>& dense) {
+std::vector<LaunchParam> Graph::LaunchParams(const std::vector<at::Tensor>& dense,
+                                             const std::vector<pjrt::BufferPtr>& padded,
+                                             const std::vector<int64_t>& sizes) {
   std::vector<bool> donate(params_.size(), false);
   for (const Mutation& m : mutations_) donate[m.param] = true;
   std::vector<LaunchParam> params;
   for (size_t p = 0; p < params_.size(); ++p) {
     const ParamSlot& slot = params_[p];
-    if (slot.kind == ParamSlot::Kind::Input) {
+    if (slot.kind == ParamSlot::Kind::Input && padded[slot.input]) {
+      params.push_back(LaunchParam::Of(padded[slot.input]));
+    } else if (slot.kind == ParamSlot::Kind::Size) {
+      TORCH_CHECK(static_cast<size_t>(slot.input) < sizes.size(), "compiled graph: runtime size ", slot.input,
+                  " missing (", sizes.size(), " given)");
+      params.push_back(LaunchParam::Integer(sizes[slot.input], ElementType::I32));
+    } else if (slot.kind == ParamSlot::Kind::Input) {
       DeviceStorage* s = StorageOf(dense[slot.input]);
       PrepareStorage(s, inputs_[slot.input].dtype);
       params.push_back(LaunchParam::Of(s->buffer, donate[p]));
@@ -313,22 +408,26 @@ void Graph::TakeMutations(const std::vector<at::Tensor>& inputs, const std::vect
   }
 }
 
-std::vector<at::Tensor> Graph::Run(const std::vector<at::Tensor>& inputs) {
+std::vector<at::Tensor> Graph::Run(const std::vector<at::Tensor>& inputs, const std::vector<int64_t>& sizes) {
   TORCH_CHECK(compiled_, "run: graph not compiled");
-  std::vector<at::Tensor> dense = DenseInputs(inputs);
+  std::vector<pjrt::BufferPtr> padded;
+  std::vector<at::Tensor> dense = DenseInputs(inputs, sizes, &padded);
   static const std::string op = "compiled graph";
   runtime::Launch launch;
   launch.exe = exe_.get();
   launch.device = device_;
   launch.op = &op;
-  launch.params = LaunchParams(dense);
+  launch.params = LaunchParams(dense, padded, sizes);
   launch.checks = &check_messages_;
   std::vector<at::Tensor> results;
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device_));
   for (const Output& o : outputs_) {
-    results.push_back(at::empty_strided(
-        o.sizes, o.strides,
-        at::TensorOptions().dtype(ToScalarType(o.dtype)).device(c10::DeviceType::PrivateUse1, device_)));
+    auto opts = at::TensorOptions().dtype(ToScalarType(o.dtype)).device(c10::DeviceType::PrivateUse1, device_);
+    if (!o.dims.empty()) {  // taken after the run (padded)
+      results.push_back(at::empty(RealSizes(o.sizes, o.dims, sizes), opts));
+      continue;
+    }
+    results.push_back(at::empty_strided(o.sizes, o.strides, opts));
     launch.results.push_back(StorageOf(results.back()));
     launch.result_types.push_back(o.dtype);
   }
@@ -344,10 +443,21 @@ std::vector<at::Tensor> Graph::Run(const std::vector<at::Tensor>& inputs) {
                 launch.params[p].buffer == launch.params[m.param].buffer;
     donated.push_back(!shared);
   }
+  std::vector<pjrt::BufferPtr> rest;
   try {
-    runtime::Run(GetRuntime(), launch);
+    rest = runtime::Run(GetRuntime(), launch);
   } catch (const pjrt::Error& e) {
     TORCH_CHECK(false, "torch_tpu compiled graph: ", e.what());
+  }
+  TORCH_CHECK(rest.size() == dynamic_outputs_.size(), "internal: compiled graph returned ", rest.size(),
+              " padded outputs, expected ", dynamic_outputs_.size());
+  for (size_t k = 0; k < rest.size(); ++k) {
+    const Output& o = outputs_[dynamic_outputs_[k]];
+    DeviceStorage* s = StorageOf(results[dynamic_outputs_[k]]);
+    s->dtype = o.dtype;
+    std::vector<int64_t> real = results[dynamic_outputs_[k]].sizes().vec();
+    if (real != o.sizes) s->SetPadded(rest[k], real, o.sizes);
+    else s->Set(rest[k]);
   }
   TakeMutations(inputs, dense, donated);
   return results;

@@ -20,6 +20,16 @@
 // with no copy, as eager in-place ops do. An input that is a non-dense view
 // goes through a dense temporary and is written back with one copy.
 //
+// Bounded dynamic dims (torch.compile with symbolic shapes, compile.py's
+// _Bucketed): a dim of an input or op result may name a runtime size `k`
+// (`dims[d] = k`, -1: static). Its shape entry is then the bound (the
+// size's bucket); the value is set_dimension_size'd to runtime size k, an
+// i32 parameter given per Run, so XLA's dynamic padder masks the padding
+// in reductions and contractions. A dynamic input is passed in the padded
+// layout of its bound (PaddedBuffer: the real elements at the front of each
+// dim); a dynamic output comes back with its real sizes in a padded storage
+// (DeviceStorage::SetPadded), as eager's dynamic ops leave theirs.
+//
 // TORCH_TPU_DUMP_GRAPHS=<dir> writes every graph module to <dir>/graph_<hash>.mlir.
 #pragma once
 
@@ -37,6 +47,7 @@ struct Plan;  // a decoded call (call.h)
 struct GraphTensorType {
   at::ScalarType dtype;
   std::vector<int64_t> shape;
+  std::vector<int> dims;  // per dim: the runtime size index of a dynamic dim, -1 static; empty: static
 };
 
 // Totals over all graphs (compile.stats() reports them).
@@ -50,7 +61,7 @@ MutationCounters& GraphMutations();
 class Graph {
  public:
   Graph();
-  int AddInput(at::ScalarType dtype, const std::vector<int64_t>& shape);
+  int AddInput(at::ScalarType dtype, const std::vector<int64_t>& shape, const std::vector<int>& dims = {});
   // Adds a node: `args` holds one value per argument of the op's schema
   // (Schema(op)), as an eager call of the op would get them, except that a
   // graph tensor is ValueArg(id) (a Tensor slot may also hold a number: a
@@ -62,7 +73,8 @@ class Graph {
   void SetOutputs(const std::vector<int>& ids, const std::vector<std::vector<int64_t>>& strides,
                   const std::vector<std::pair<int, int>>& mutations);
   void Compile(int device);
-  std::vector<at::Tensor> Run(const std::vector<at::Tensor>& inputs);
+  // `sizes`: the runtime sizes of a graph with dynamic dims (index k of dims).
+  std::vector<at::Tensor> Run(const std::vector<at::Tensor>& inputs, const std::vector<int64_t>& sizes = {});
   const std::string& text() const { return text_; }
 
   // A graph from external module text (benchmarks: another frontend's
@@ -80,37 +92,51 @@ class Graph {
 
  private:
   struct ParamSlot {
-    enum class Kind { Input, Rng, Scalar } kind = Kind::Input;
-    int input = -1;              // Input: index into inputs_
+    enum class Kind { Input, Rng, Scalar, Size } kind = Kind::Input;
+    int input = -1;              // Input: index into inputs_; Size: runtime size index
     uint64_t rng_increment = 0;  // Rng: values drawn per run
     runtime::LaunchParam value;  // Scalar: the value, uploaded per run
   };
   struct InputSpec {
     hlo::ElementType dtype;
-    std::vector<int64_t> shape;
+    std::vector<int64_t> shape;  // a dynamic dim's bound
+    std::vector<int> dims;       // as GraphTensorType::dims
   };
   struct Output {
-    std::vector<int64_t> sizes, strides;
+    std::vector<int64_t> sizes, strides;  // a dynamic dim's bound
     hlo::ElementType dtype;
+    std::vector<int> dims;  // as GraphTensorType::dims
   };
   struct Mutation {
     int input;  // index into inputs_
     int param;  // its module parameter
   };
 
-  int Add(hlo::Value v);
+  int Add(hlo::Value v, std::vector<int> dims = {});
+  // The i32 parameter of runtime size k; `v` with its dims set to their sizes.
+  hlo::Value SizeParam(int k);
+  hlo::Value WithSizes(hlo::Value v, const std::vector<int>& dims, bool to_static_rest = false);
+  std::vector<int64_t> RealSizes(const std::vector<int64_t>& bound, const std::vector<int>& dims,
+                                 const std::vector<int64_t>& sizes) const;
+  at::Tensor PaddedInput(const at::Tensor& t, size_t i, pjrt::BufferPtr* buffer);
   const hlo::Value& value(int id) const;
   // Module parameters for the decoded call's scalars and generator states.
   std::vector<hlo::Value> AddParams(const Plan& plan);
   hlo::Value OutputValue(hlo::Value v, Output* o);
   void AddMutations(const std::vector<std::pair<int, int>>& mutations, std::vector<hlo::Value>* outs);
-  std::vector<at::Tensor> DenseInputs(const std::vector<at::Tensor>& inputs);
-  std::vector<runtime::LaunchParam> LaunchParams(const std::vector<at::Tensor>& dense);
+  std::vector<at::Tensor> DenseInputs(const std::vector<at::Tensor>& inputs, const std::vector<int64_t>& sizes,
+                                      std::vector<pjrt::BufferPtr>* padded);
+  std::vector<runtime::LaunchParam> LaunchParams(const std::vector<at::Tensor>& dense,
+                                                 const std::vector<pjrt::BufferPtr>& padded,
+                                                 const std::vector<int64_t>& sizes);
   void TakeMutations(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& dense,
                      const std::vector<bool>& donated);
 
   hlo::Builder b_;
   std::vector<hlo::Value> values_;
+  std::vector<std::vector<int>> value_dims_;  // per value: its dynamic dims (empty: static)
+  std::vector<hlo::Value> size_params_;       // runtime size k's parameter (invalid: not yet made)
+  std::vector<size_t> dynamic_outputs_;       // outputs_ returned after the checks, padded
   std::vector<ParamSlot> params_;
   std::vector<InputSpec> inputs_;
   std::vector<Output> outputs_;

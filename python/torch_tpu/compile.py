@@ -39,8 +39,9 @@ import torch
 import torch.fx
 
 from . import _C
+from . import compile_symbolic as _symbolic
 
-__all__ = ["backend", "decompositions", "stats", "reset_stats"]
+__all__ = ["backend", "decompositions", "stats", "reset_stats", "symbolic_fallbacks"]
 
 _stats = {"graphs": 0, "native_graphs": 0, "fallback_graphs": 0, "graphs_from_cache": 0}
 
@@ -53,17 +54,31 @@ def stats() -> dict[str, int]:
     through buffer donation (``inputs_donated``), in place without donation
     because the storage was also passed as another input (``inputs_rebound``),
     or through a dense temporary and one copy, for non-dense views
-    (``inputs_copied_back``)."""
+    (``inputs_copied_back``). Graphs with symbolic shapes
+    (compile_symbolic.py): ``bucketed_graphs`` (such graphs),
+    ``bucket_modules`` (bounded-dynamic modules built, one per bucket key),
+    ``exact_shape_graphs`` (of those graphs, the ones that run exact shapes,
+    see symbolic_fallbacks()) and ``exact_shape_modules`` (their modules, one
+    per concrete size)."""
     out = dict(_stats)
+    out.update(_symbolic._stats)
     for k, v in _C._Graph.mutation_stats().items():
         out["inputs_" + k] = v
     return out
+
+
+def symbolic_fallbacks() -> dict[str, int]:
+    """Why graphs with symbolic shapes ran exact shapes (one module per
+    concrete size) instead of one bounded-dynamic module per bucket: reason
+    -> number of graphs (compile_symbolic.py)."""
+    return _symbolic.fallbacks()
 
 
 def reset_stats() -> None:
     """Zeroes :func:`stats`."""
     for k in _stats:
         _stats[k] = 0
+    _symbolic.reset()
     _C._Graph.reset_mutation_stats()
 
 
@@ -233,7 +248,7 @@ class _Compiled:
     _boxed_call = True
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any] = (),
-                 dense_from: int | None = None) -> None:
+                 dense_from: int | None = None, shapes: Any = None) -> None:
         # Outputs from index `dense_from` on (a forward graph's tensors saved
         # for backward) are returned dense: only the backward graph reads
         # them, which does not depend on their strides, and writing a
@@ -247,7 +262,23 @@ class _Compiled:
         self.device: int | None = None
         self.inputs: list[tuple[str, Any]] = []  # ("arg", position) | ("const", tensor)
         self.outputs: list[tuple[str, Any]] = []  # ("graph", k) | ("input", pos) | ("const", v)
+        # A graph with symbolic shapes (compile_symbolic.Shapes): its sizes
+        # evaluated for this module (at the buckets, dims dynamic, or exact).
+        self.shapes = shapes
         self._build(gm)
+
+    def _type(self, t: torch.Tensor) -> tuple:
+        if self.shapes is None:
+            return t.dtype, list(t.shape)
+        return self.shapes.type(t)
+
+    def _ints(self, xs: Any) -> list[int]:
+        return list(xs) if self.shapes is None else self.shapes.ints(xs)
+
+    def _arg(self, n: torch.fx.Node, env: dict, consts: dict, sym: dict, op: str, arg: str) -> Any:
+        if n in sym:
+            return self.shapes.arg(sym[n], op, arg)
+        return _graph_value(n, env, consts)
 
     def _set_device(self, t: torch.Tensor) -> None:
         if _is_tpu(t):
@@ -266,6 +297,7 @@ class _Compiled:
         mutations: dict[int, int] = {}  # graph input -> id of its new value
         missing: list[str] = []
         consts: dict[torch.fx.Node, Any] = {}
+        sym: dict[torch.fx.Node, Any] = {}  # nodes holding SymInts (sizes)
         self.consts = consts
         position = 0
         for node in gm.graph.nodes:
@@ -273,6 +305,9 @@ class _Compiled:
                 val = node.meta.get("val")
                 pos = position
                 position += 1
+                if self.shapes is not None and isinstance(val, torch.SymInt):
+                    sym[node] = val  # read by compile_symbolic.Symbols at call time
+                    continue
                 if not isinstance(val, torch.Tensor):
                     example = self.example_inputs[pos] if pos < len(self.example_inputs) else None
                     if val is None and isinstance(example, (bool, int, float)):
@@ -285,7 +320,7 @@ class _Compiled:
                     raise _Unsupported(f"graph input {node.name} on {val.device}")
                 self._set_device(val)
                 input_index[node] = len(self.inputs)
-                env[node] = g.add_input(val.dtype, list(val.shape))
+                env[node] = g.add_input(*self._type(val))
                 placeholders[node] = pos
                 self.inputs.append(("arg", pos))
             elif node.op == "get_attr":
@@ -296,6 +331,11 @@ class _Compiled:
                 env[node] = g.add_input(attr.dtype, list(attr.shape))
                 self.inputs.append(("const", attr))
             elif node.op == "call_function":
+                if self.shapes is not None and _symbolic.is_symbolic_target(node):
+                    sym[node] = node.meta["val"]
+                    continue
+                if self._symbolic_scalar(node, env, consts, sym):
+                    continue
                 if node.target is operator.getitem:
                     src, idx = node.args
                     if src not in multi:
@@ -339,15 +379,19 @@ class _Compiled:
                     if not _is_tpu(o):
                         raise _Unsupported(f"{name} produces a tensor on {o.device}")
                     self._set_device(o)
+                if self.shapes is not None:
+                    self.shapes.check_op(name, node, outs)
                 if name in ("as_strided", "as_strided_scatter"):
                     src = node.args[0].meta.get("val")
                     if not (src.is_contiguous() and src.storage_offset() == 0):
                         raise _Unsupported("as_strided of a non-contiguous tensor")
                 if values is None:
                     values = _schema_values(node)
-                args = [torch.fx.node.map_arg(v, lambda n: _graph_value(n, env, consts)) for v in values]
+                names = [a.name for a in node.target._schema.arguments]
+                args = [torch.fx.node.map_arg(v, lambda n, a=a: self._arg(n, env, consts, sym, name, a))
+                        for v, a in zip(values, names)]
                 try:
-                    ids = g.add_op(name, args, [(o.dtype, list(o.shape)) for o in outs])
+                    ids = g.add_op(name, args, [self._type(o) for o in outs])
                 except RuntimeError as e:
                     raise _Unsupported(f"{name}: {e}") from e
                 if isinstance(node.meta.get("val"), torch.Tensor):
@@ -360,7 +404,10 @@ class _Compiled:
                 ids, strides = [], []
                 for index, item in enumerate(_flat(node.args[0])):
                     if isinstance(item, torch.fx.Node):
-                        if item in placeholders:
+                        if item in sym and isinstance(sym[item], torch.SymInt):
+                            # A size saved for backward: its value at the call.
+                            self.outputs.append(("size", sym[item]))
+                        elif item in placeholders:
                             self.outputs.append(("input", placeholders[item]))
                         elif item in env:
                             val = item.meta.get("val")
@@ -369,9 +416,9 @@ class _Compiled:
                             if not isinstance(val, torch.Tensor):
                                 strides.append(None)
                             elif self.dense_from is not None and index >= self.dense_from:
-                                strides.append(_contiguous_strides(val.shape))
+                                strides.append(_contiguous_strides(self._ints(val.shape)))
                             else:
-                                strides.append(list(val.stride()))
+                                strides.append(self._ints(val.stride()))
                         else:
                             raise _Unsupported(f"graph output {item.name}")
                     elif item is None or isinstance(item, (bool, int, float)):
@@ -389,6 +436,18 @@ class _Compiled:
             self.device = torch.tpu.current_device() if hasattr(torch, "tpu") else 0
         g.compile(self.device)
 
+    def _symbolic_scalar(self, node: torch.fx.Node, env: dict, consts: dict, sym: dict) -> bool:
+        """A CPU scalar_tensor of a symbolic value (``x / math.sqrt(x.shape[-1])``):
+        a number of an exact-shape module (a bounded one refuses it)."""
+        if self.shapes is None or node.target is not torch.ops.aten.scalar_tensor.default:
+            return False
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or _is_tpu(val):
+            return False
+        v = node.args[0]
+        consts[node] = self._arg(v, env, consts, sym, "scalar_tensor", "s") if isinstance(v, torch.fx.Node) else v
+        return True
+
     def _mutation(self, node: torch.fx.Node, input_index: dict, env: dict, mutations: dict) -> None:
         dst, src = node.args[0], node.args[1]
         dval, sval = dst.meta.get("val"), src.meta.get("val") if isinstance(src, torch.fx.Node) else None
@@ -398,11 +457,17 @@ class _Compiled:
             raise _Unsupported(f"in-place update of graph input {dst.name} on {dval.device}")
         if sval.dtype != dval.dtype or tuple(sval.shape) != tuple(dval.shape):
             raise _Unsupported(f"copy_ into graph input {dst.name} with a dtype or shape change")
+        if self.shapes is not None and self.shapes.dynamic and self.shapes.is_dynamic(dval):
+            raise _symbolic.NotBounded(f"in-place update of graph input {dst.name} with a dynamic dim")
         mutations[input_index[dst]] = env[src]
         env[node] = env[src]  # copy_ returns the updated input
 
     def __call__(self, *call_args: Any) -> list:
         args, boxed = _unbox(call_args)
+        return self.call(args, boxed)
+
+    def call(self, args: list, boxed: bool, sizes: Sequence[int] = ()) -> list:
+        """Runs the module; `sizes`: the runtime sizes of its dynamic dims."""
         for pos, number in self.inputs_numbers:
             if args[pos] != number:
                 raise RuntimeError(f"torch_tpu: compiled graph was specialized for input {pos} == "
@@ -415,13 +480,15 @@ class _Compiled:
                 if kind == "const":
                     self.inputs[self.inputs.index((kind, v))] = (kind, t)
             tensors.append(t)
-        outs = self.graph.run(tensors)
+        outs = self.graph.run(tensors, list(sizes))
         result = []
         for kind, v in self.outputs:
             if kind == "graph":
                 result.append(outs[v])
             elif kind == "input":
                 result.append(args[v])
+            elif kind == "size":
+                result.append(self.shapes.value_at(v, args))
             else:
                 result.append(v)
         if boxed:
@@ -462,8 +529,8 @@ class _Recorder:
     def compile(self, device: int) -> None:
         self.g.compile(device)
 
-    def run(self, tensors: list) -> list:
-        return self.g.run(tensors)
+    def run(self, tensors: list, sizes: Sequence[int] = ()) -> list:
+        return self.g.run(tensors, list(sizes))
 
 
 _SAVED_FIELDS = ("dense_from", "inputs_numbers", "device", "inputs", "outputs")
@@ -623,6 +690,13 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     _stats["graphs"] += 1
     compiled_cls, eager_cls = _output_code_classes() if cacheable else (_Compiled, None)
     try:
+        if _symbolic.is_symbolic_graph(gm):
+            # Built per bucket at call time; not saved by the AOTAutograd
+            # cache (an _EagerCode declines to be saved).
+            compiled = _symbolic.Bucketed(gm, dense_from)
+            _symbolic.CREATED.append(compiled)
+            _stats["native_graphs"] += 1
+            return eager_cls(compiled) if cacheable else compiled
         compiled = compiled_cls(gm, example_inputs, dense_from)
     except _Unsupported as e:
         reason = str(e)
@@ -731,10 +805,47 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: 
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
-    """The Dynamo backend registered as "tpu"."""
+    """The Dynamo backend registered as "tpu". A graph with symbolic shapes
+    is traced once, symbolically, and runs one bounded-dynamic module per
+    size bucket (compile_symbolic.py); TORCH_TPU_COMPILE_SYMBOLIC=0 (or a
+    failed symbolic trace) compiles it once per concrete input signature
+    instead (_Specializing)."""
+    import os
+
     if any(_is_symbolic(a) for a in example_inputs):
-        return _Specializing(gm)
+        if os.environ.get("TORCH_TPU_COMPILE_SYMBOLIC", "1") == "0":
+            return _Specializing(gm)
+        try:
+            created = _symbolic.CREATED
+            created.clear()
+            compiled = _compile(gm, example_inputs, **kwargs)
+            return _SymbolicOrSpecializing(gm, compiled, list(created))
+        except Exception as e:  # noqa: BLE001  (AOTAutograd raises many types)
+            warnings.warn(f"torch_tpu: torch.compile(backend='tpu') could not trace a graph "
+                          f"symbolically ({type(e).__name__}: {str(e)[:200]}); it compiles per input "
+                          f"shape instead", stacklevel=2)
+            _symbolic._count_exact(f"symbolic trace failed: {type(e).__name__}")
+            return _Specializing(gm)
     return _compile(gm, example_inputs, **kwargs)
+
+
+class _SymbolicOrSpecializing:
+    """A symbolically traced graph (its Bucketed forward / backward), until
+    one of them cannot be lowered even at exact shapes from the symbolic
+    graph (that call ran eagerly): then compiled once per concrete input
+    signature as before (_Specializing, which retraces with concrete sizes)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, compiled: Callable, bucketed: list) -> None:
+        self.gm, self.compiled, self.bucketed = gm, compiled, bucketed
+        self.specializing: _Specializing | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        if self.specializing is not None:
+            return self.specializing(*args)
+        out = self.compiled(*args)
+        if any(b.eager is not None for b in self.bucketed):
+            self.specializing = _Specializing(self.gm)
+        return out
 
 
 def _is_symbolic(a: Any) -> bool:
