@@ -275,6 +275,7 @@ PYBIND11_MODULE(_C, m) {
     GetRuntime().ResetStats();
   });
   m.def("_launch_floor", [](py::function op, int n) {
+    torch_tpu::aten::DrainLaunches();  // launches queued before: not the op's, never captured
     return torch_tpu::runtime::LaunchFloorSeconds(GetRuntime(), [&] {
       op();
       torch_tpu::aten::DrainLaunches();  // a queued launch runs (and is kept) here
