@@ -10,6 +10,7 @@
 
 #include "aten/call.h"
 #include "aten/tpu.h"
+#include "runtime/launch_queue.h"
 
 namespace torch_tpu::aten {
 
@@ -29,6 +30,7 @@ std::vector<std::pair<int, int64_t>> g_held;  // (device, bytes)
 
 void DeleteStorage(void* ctx) {
   auto* s = static_cast<DeviceStorage*>(ctx);
+  runtime::launch_queue::Forget(s);  // a queued launch that writes it writes a scratch storage
   bool held = ForgetStorage(s);
   if (Runtime::IsInitialized()) {  // also in a forked child: counters only
     auto& m = Runtime::Get().memory(s->device);

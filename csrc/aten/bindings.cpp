@@ -167,6 +167,7 @@ void RegisterGraphBindings(py::module_& m) {
 using torch_tpu::aten::GetRuntime;
 
 py::dict Stats() {
+  torch_tpu::aten::DrainLaunches();  // compiles still running count when they are done
   auto& s = GetRuntime().stats();
   py::dict d;
   d["compiles"] = s.compiles;
@@ -278,9 +279,16 @@ PYBIND11_MODULE(_C, m) {
       default: return std::string("0");
     }
   });
-  m.def("_reset_stats", [] { GetRuntime().ResetStats(); });
+  m.def("_reset_stats", [] {
+    torch_tpu::aten::DrainLaunches();  // compiles running now count before the reset
+    GetRuntime().ResetStats();
+  });
   m.def("_launch_floor", [](py::function op, int n) {
-    return torch_tpu::runtime::LaunchFloorSeconds(GetRuntime(), [&] { op(); }, n);
+    torch_tpu::aten::DrainLaunches();  // launches queued before: not the op's, never captured
+    return torch_tpu::runtime::LaunchFloorSeconds(GetRuntime(), [&] {
+      op();
+      torch_tpu::aten::DrainLaunches();  // a queued launch runs (and is kept) here
+    }, n);
   });
   m.def("_clear_cache", [] {
     torch_tpu::aten::FlushPending();  // a recorded chain still names its executables

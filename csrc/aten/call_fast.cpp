@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "aten/call.h"
+#include "runtime/launch_queue.h"
 
 namespace torch_tpu::aten {
 
@@ -67,12 +68,20 @@ c10::TypeKind KindOf(const c10::Argument& a) {
   return t->kind();
 }
 
+// StorageOf() without its launch-queue check: TryLaunch checked the queue
+// once (the hit path runs only when nothing is queued).
+DeviceStorage* StorageOfTensor(const at::Tensor& t) {
+  auto* s = static_cast<DeviceStorage*>(t.storage().data_ptr().get_context());
+  TORCH_CHECK(s != nullptr, "tensor on ", t.device(), " has no tpu storage");
+  return s;
+}
+
 // Appends what the key says of one tpu tensor; false if the hit path
 // cannot take it. `storages`: the call's storages so far (aliasing is part
 // of the signature).
 bool TensorPrint(const at::Tensor& t, const OpDesc& desc, Storages& storages, Fingerprint* fp) {
   if (t.device().type() != c10::DeviceType::PrivateUse1) return false;
-  DeviceStorage* s = StorageOf(t);
+  DeviceStorage* s = StorageOfTensor(t);
   ElementType dtype = ToElementType(t.scalar_type(), desc.name.c_str());
   if (s->pending() || s->padded() || !s->buffer || s->dtype != dtype) return false;
   size_t index = std::find(storages.begin(), storages.end(), s) - storages.begin();
@@ -169,7 +178,7 @@ runtime::LaunchParam ParamFrom(const Source& src, const std::vector<c10::IValue>
   const c10::IValue& v = args[src.arg];
   switch (src.kind) {
     case Source::Kind::Buffer:
-      return runtime::LaunchParam::Of(StorageOf(v.toTensor())->buffer);
+      return runtime::LaunchParam::Of(StorageOfTensor(v.toTensor())->buffer);
     case Source::Kind::Offset:
       return runtime::LaunchParam::Integer(v.toTensor().storage_offset(), ElementType::I64);
     case Source::Kind::Scalar:
@@ -204,7 +213,7 @@ std::vector<c10::IValue> Launch(const OpDesc& desc, const FastEntry& e,
     at::Tensor t = at::detail::empty_strided_generic(
         spec.sizes, spec.strides, DeviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
         spec.dtype);
-    DeviceStorage* s = StorageOf(t);
+    DeviceStorage* s = StorageOfTensor(t);
     s->dtype = e.dtypes[k++];
     launch.results.push_back(s);
     results.emplace_back(std::move(t));
@@ -223,6 +232,9 @@ std::optional<std::vector<c10::IValue>> FastCall::TryLaunch(const OpDesc& desc,
                                                             const c10::FunctionSchema& schema,
                                                             const std::vector<c10::IValue>& args) {
   eligible_ = false;
+  // Launches are queued (compiles running in the background): this call
+  // is queued behind them by the full path.
+  if (runtime::launch_queue::Busy()) return std::nullopt;
   if (desc.variant != Variant::Functional || desc.rule->random() || Recording()) return std::nullopt;
   Storages storages;
   fingerprint_.clear();

@@ -1170,6 +1170,7 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
   lay.in_dynamic = Observe(st, call.plan, mode, hints);
   t_exact_reason = "first sizes of its signature";
   if (std::none_of(lay.in_dynamic.begin(), lay.in_dynamic.end(), AnyDynamic)) return std::nullopt;
+  DrainLaunches();  // a dynamic call reads (and pads) its storages' buffers itself
   for (size_t i = 0; i < hints.size(); ++i)
     for (size_t d = 0; d < hints[i].size(); ++d)
       if (hints[i][d] && hints[i][d]->dynamic && lay.in_dynamic[i][d]) {

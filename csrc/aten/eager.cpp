@@ -12,6 +12,8 @@
 
 #include "aten/call.h"
 #include "aten/dynamic.h"
+#include "runtime/compile_pool.h"
+#include "runtime/launch_queue.h"
 
 namespace torch_tpu::aten {
 
@@ -31,6 +33,9 @@ struct Compiled {
   pjrt::ExecutablePtr exe;
   std::vector<OutputSpec> outputs;
   std::vector<std::string> checks;  // prefixed with the op name
+  // Compiling on the compile pool (exe not known yet; null otherwise).
+  std::shared_ptr<runtime::PendingCompile> compiling;
+  bool known() const { return exe || compiling; }
 };
 
 std::unordered_map<std::string, Compiled>& Executables() {
@@ -77,17 +82,13 @@ const Compiled& CompiledFor(const Call& call, Compiled* hit) {
   return Executables()[call.plan.key] = Compiled{exe, call.cached(), checks};
 }
 
-// Launches the call's executable: storages written take its first results,
-// fresh tensors the next ones.
-std::vector<c10::IValue> LaunchCall(const Call& call, Compiled* hit, FastCall& fast) {
+// The launch of the call (exe unset): storages written take its first
+// results, fresh tensors the next ones (appended to *results).
+runtime::Launch BuildLaunch(const Call& call, std::vector<c10::IValue>* results) {
   const Plan& plan = call.plan;
-  const Compiled& compiled = CompiledFor(call, hit);
-  if (hit) fast.Remember(call, compiled.exe, compiled.outputs, compiled.checks);
   runtime::Launch launch;
-  launch.exe = compiled.exe.get();
   launch.device = plan.device;
   launch.op = &call.desc->name;
-  launch.checks = &compiled.checks;
   launch.params.reserve(plan.params.size());
   launch.results.reserve(call.written.size() + call.specs.size());
   for (const Param& q : plan.params) {
@@ -97,19 +98,103 @@ std::vector<c10::IValue> LaunchCall(const Call& call, Compiled* hit, FastCall& f
           std::find(call.written.begin(), call.written.end(), q.storage) != call.written.end();
   }
   for (size_t k : call.written) launch.results.push_back(plan.storages[k]);
-  std::vector<c10::IValue> results;
   for (size_t i = 0; i < call.specs.size(); ++i) {
     if (plan.dests[i].tensor.defined()) {
-      results.push_back(plan.dests[i].tensor);
+      results->push_back(plan.dests[i].tensor);
       continue;
     }
     at::Tensor t = FreshTensor(call, i);
     launch.results.push_back(StorageOf(t));
-    results.push_back(t);
+    results->push_back(t);
   }
+  return launch;
+}
+
+// Launches the call's executable.
+std::vector<c10::IValue> LaunchCall(const Call& call, Compiled* hit, FastCall& fast) {
+  const Compiled& compiled = CompiledFor(call, hit);
+  if (hit) fast.Remember(call, compiled.exe, compiled.outputs, compiled.checks);
+  std::vector<c10::IValue> results;
+  runtime::Launch launch = BuildLaunch(call, &results);
+  launch.exe = compiled.exe.get();
+  launch.checks = &compiled.checks;
   runtime::Run(GetRuntime(), launch);
   CountNative(*call.desc);
   return WithUndefined(call, std::move(results));
+}
+
+// Whether the call may be queued behind compiles (launch_queue.h): compile
+// threads on, strict eager, and plain storages (a padded one goes through
+// the paths that read buffers themselves).
+bool Queueable(const Call& call) {
+  if (runtime::CompileThreads() == 0 || Recording() || GetRuntime().launch_blocking()) return false;
+  for (const runtime::DeviceStorage* s : call.plan.storages)
+    if (s->padded()) return false;
+  return true;
+}
+
+// The compile of the call's executable: known (a hit: ready, or still
+// compiling) or started on the compile pool. *started: this call started it.
+std::shared_ptr<runtime::PendingCompile> CompileFor(const Call& call, Compiled* hit, bool* started) {
+  auto& rt = GetRuntime();
+  *started = false;
+  if (hit && hit->known()) {
+    ++rt.stats().cache_hits;
+    if (hit->exe) return runtime::PendingCompile::Ready(hit->exe);
+    return hit->compiling;
+  }
+  std::vector<std::string> checks;
+  auto pending = rt.CompileInBackground(call.plan.key, call.plan.device,
+                                        [&] { return BuildModule(call, &checks); });
+  *started = true;  // on_compiled counts it if XLA compiled it (not a cache hit)
+  Compiled& entry = Executables()[call.plan.key] = Compiled{nullptr, call.cached(), checks, pending};
+  if (pending->done() && !pending->failed()) {  // a cache hit, or done already
+    entry.exe = pending->Wait();
+    entry.compiling = nullptr;
+  }
+  return pending;
+}
+
+// Queues the call's launch behind the compiles (launch_queue.h); its
+// results are returned at once (their storages are queued).
+std::vector<c10::IValue> QueueCall(const Call& call, Compiled* hit, FastCall& fast) {
+  bool started = false;
+  auto pending = CompileFor(call, hit, &started);
+  const Compiled& compiled = Executables()[call.plan.key];
+  if (hit && compiled.exe) fast.Remember(call, compiled.exe, compiled.outputs, compiled.checks);
+  auto q = std::make_unique<runtime::QueuedLaunch>();
+  std::vector<c10::IValue> results;
+  q->launch = BuildLaunch(call, &results);
+  q->compile = std::move(pending);
+  q->checks = compiled.checks;
+  for (const Param& p : call.plan.params)
+    q->reads.push_back(p.kind == Param::Kind::Storage ? call.plan.storages[p.storage] : nullptr);
+  if (started) {
+    const std::string& name = call.desc->name;
+    q->on_compiled = [&name](bool compiled) {
+      if (compiled) CountCompile(name);  // dynamic.h
+    };
+  }
+  runtime::launch_queue::Enqueue(GetRuntime(), std::move(q));
+  CountNative(*call.desc);
+  return WithUndefined(call, std::move(results));
+}
+
+// A compiling entry whose compile finished: its executable (or, failed,
+// no entry: the next call compiles again, as after a synchronous failure).
+Compiled* Settle(std::unordered_map<std::string, Compiled>& cache, const std::string& key) {
+  auto found = cache.find(key);
+  if (found == cache.end()) return nullptr;
+  Compiled& c = found->second;
+  if (c.compiling && c.compiling->done()) {
+    if (c.compiling->failed()) {
+      cache.erase(found);
+      return nullptr;
+    }
+    c.exe = c.compiling->Wait();
+    c.compiling = nullptr;
+  }
+  return &c;
 }
 
 }  // namespace
@@ -122,18 +207,22 @@ std::vector<c10::IValue> RunCall(const OpDesc& desc, const c10::OperatorHandle& 
                                  const std::vector<c10::IValue>& args) {
   FastCall fast;  // call_fast.cpp: a signature seen before launches at once
   if (auto results = fast.TryLaunch(desc, op.schema(), args)) return std::move(*results);
+  // A storage a queued launch writes is read by this call's own launch,
+  // queued behind it (or the queue is drained first: below).
+  QueuedCallScope scope;
   Call call;
   call.desc = &desc;
   call.plan = PlanCall(desc, op.schema(), args);
   auto& cache = Executables();
-  auto found = cache.find(call.plan.key);
-  Compiled* hit = found != cache.end() ? &found->second : nullptr;
+  Compiled* hit = Settle(cache, call.plan.key);
   const std::vector<OutputSpec>* cached = hit ? &hit->outputs : DynamicSpecs(call.plan.key);
   if (!ComputeOutputs(call, op, args, cached)) return RunCall(desc, op, args);  // out= resized
   FinishPlan(call, args);
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, call.plan.device));
+  const bool can_queue = Queueable(call);
+  if (!can_queue) DrainLaunches();  // this call reads buffers itself: none may be stale
   // Bounded dynamic shapes (dynamic.cpp): a new size of a known signature.
-  if (!Recording() && !(hit && hit->exe)) {
+  if (!Recording() && !(hit && hit->known())) {
     if (auto results = RunDynamic(call, op, args)) return std::move(*results);
     if (auto results = RunFactoryOnHost(call, op, args)) return std::move(*results);
   }
@@ -141,6 +230,9 @@ std::vector<c10::IValue> RunCall(const OpDesc& desc, const c10::OperatorHandle& 
     if (!cached) cache[call.plan.key] = Compiled{nullptr, call.cached(), {}};
     return RecordCall(call);
   }
+  // Queued when launches are queued (to keep their order) or when it needs
+  // a compile; a hit with nothing queued launches at once, as with no pool.
+  if (can_queue && (runtime::launch_queue::Busy() || !(hit && hit->exe))) return QueueCall(call, hit, fast);
   return LaunchCall(call, hit, fast);
 }
 

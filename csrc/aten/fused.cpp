@@ -247,6 +247,7 @@ std::optional<std::vector<at::Tensor>> RecordModule(const RecordedModule& m) {
 }
 
 void SetFusion(bool enabled) {
+  DrainLaunches();  // recorded calls read buffers: none may be stale
   if (!enabled) FlushPending();
   g_fusion_override = enabled ? 1 : 0;
 }
@@ -265,6 +266,7 @@ bool ForgetStorage(DeviceStorage* s) {
 }
 
 void FlushPending() {
+  DrainLaunches();  // launches queued while their executables compiled
   struct Settle {  // memory counters: what was allocated meanwhile now holds buffers
     ~Settle() { SettleDeferredStorages(); }
   } settle;

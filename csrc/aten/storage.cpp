@@ -9,6 +9,7 @@
 
 #include "aten/storage_module.h"
 #include "aten/tpu.h"
+#include "runtime/launch_queue.h"
 #include "runtime/launcher.h"
 
 namespace torch_tpu::aten {
@@ -70,7 +71,22 @@ void ZeroFill(DeviceStorage* s) {
   }, nullptr, s);
 }
 
+namespace {
+thread_local bool t_queued_call = false;
+}  // namespace
+
+QueuedCallScope::QueuedCallScope() : previous_(t_queued_call) { t_queued_call = true; }
+QueuedCallScope::~QueuedCallScope() { t_queued_call = previous_; }
+bool QueuedCallScope::Open() { return t_queued_call; }
+
+void DrainLaunches() {
+  if (runtime::launch_queue::Busy()) runtime::launch_queue::Drain(GetRuntime());
+}
+
 DeviceStorage* StorageOf(const at::Tensor& t) {
+  // Outside a queued call, a storage a queued launch writes is read only
+  // once that launch has run.
+  if (runtime::launch_queue::Busy() && !t_queued_call) runtime::launch_queue::Drain(GetRuntime());
   auto* s = static_cast<DeviceStorage*>(t.storage().data_ptr().get_context());
   TORCH_CHECK(s != nullptr, "tensor on ", t.device(), " has no tpu storage");
   return s;
@@ -125,6 +141,12 @@ void DownloadStorage(const DeviceStorage& s, void* dst) {
 
 void PrepareStorage(DeviceStorage* s, hlo::ElementType t, bool keep_capacity) {
   if (s->pending()) FlushPending();
+  if (s->queued) {
+    // A queued launch writes it (a plain array of its dtype): a call queued
+    // after it reads that value; anything else waits for it.
+    if (s->dtype == t && !s->padded() && QueuedCallScope::Open()) return;
+    DrainLaunches();
+  }
   if (s->padded() && (!keep_capacity || s->dtype != t)) CompactStorage(s);
   if (s->buffer && s->dtype == t) return;
   if (!s->buffer) {

@@ -75,6 +75,21 @@ void ResizeStorage(const c10::Storage& storage, size_t newsize);
 // Fused eager (TORCH_TPU_DEFER_AND_FUSE=1 or torch_tpu.fused()): ops are
 // recorded into one module and run when a value is needed.
 void FlushPending();                      // runs what was recorded, if anything
+// Background compiles (runtime/launch_queue.h): runs every queued launch,
+// raising the first failure (FlushPending() does this too). StorageOf()
+// drains first unless a QueuedCallScope is open on the thread: the one
+// place (strict eager's RunCall) that knows a queued storage's buffer is
+// stale and queues its own launch behind it.
+void DrainLaunches();
+class QueuedCallScope {
+ public:
+  QueuedCallScope();
+  ~QueuedCallScope();
+  static bool Open();
+
+ private:
+  bool previous_;
+};
 // A storage is being freed; true if its buffer stays alive until the
 // recording runs (a parameter of the chain being recorded).
 bool ForgetStorage(runtime::DeviceStorage* s);

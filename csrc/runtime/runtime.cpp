@@ -1,5 +1,6 @@
 #include "runtime/runtime.h"
 #include "runtime/compile_hook.h"
+#include "runtime/compile_pool.h"
 #include "runtime/trace.h"
 
 #include "runtime/scalar_bytes.h"
@@ -147,9 +148,9 @@ std::string Runtime::platform() const {
   return name;
 }
 
-pjrt::ExecutablePtr Runtime::GetOrCompile(const std::string& key, int device,
-                                          const std::function<std::string()>& build) {
-  std::string full_key = std::to_string(device) + "|" + key;
+// The cached executable for `full_key` (memory, or a prefetch entry not
+// loaded yet), counted as a hit; null on a miss.
+pjrt::ExecutablePtr Runtime::Lookup(const std::string& full_key) {
   std::string claimed;  // an entry file the prefetcher has not reached yet
   {
     std::lock_guard<std::mutex> lock(cache_mu_);
@@ -175,7 +176,58 @@ pjrt::ExecutablePtr Runtime::GetOrCompile(const std::string& key, int device,
       return cache_.emplace(full_key, exe).first->second;
     }
   }
-  std::string text = build();
+  return nullptr;
+}
+
+pjrt::ExecutablePtr Runtime::GetOrCompile(const std::string& key, int device,
+                                          const std::function<std::string()>& build) {
+  std::string full_key = std::to_string(device) + "|" + key;
+  if (auto exe = Lookup(full_key)) return exe;
+  double seconds = -1;
+  auto exe = CompileText(full_key, key, device, build(), &seconds);
+  if (seconds >= 0) NotifyCompiled(seconds);  // compile_hook.h: the compile-burst log
+  return exe;
+}
+
+std::shared_ptr<PendingCompile> Runtime::CompileInBackground(const std::string& key, int device,
+                                                             const std::function<std::string()>& build) {
+  std::string full_key = std::to_string(device) + "|" + key;
+  {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    auto it = compiling_.find(full_key);
+    if (it != compiling_.end()) {
+      ++stats_.cache_hits;  // compiled once, as the synchronous path would
+      return it->second;
+    }
+  }
+  if (auto exe = Lookup(full_key)) return PendingCompile::Ready(exe);
+  auto pending = std::make_shared<PendingCompile>();
+  auto text = std::make_shared<std::string>(build());  // on this thread: the builder is not shared
+  {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    compiling_[full_key] = pending;
+  }
+  SubmitCompile([this, full_key, key, device, text, pending] {
+    try {
+      double seconds = -1;
+      auto exe = CompileText(full_key, key, device, *text, &seconds);
+      pending->Finish(exe, seconds >= 0, std::max(seconds, 0.0));
+    } catch (const pjrt::Error& e) {
+      pending->Fail(e.what(), e.code());
+    } catch (const std::exception& e) {
+      pending->Fail(e.what(), 0);
+    }
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    compiling_.erase(full_key);
+  });
+  return pending;
+}
+
+// The executable of module `text`: from the disk cache, or compiled (then
+// stored there and in memory). *seconds: the compile time, or untouched
+// when none ran. Safe on any thread.
+pjrt::ExecutablePtr Runtime::CompileText(const std::string& full_key, const std::string& key, int device,
+                                         const std::string& text, double* seconds) {
   std::string disk_key;
   if (disk_->enabled()) {
     disk_key = DiskKeyHead(device) + text;
@@ -190,12 +242,37 @@ pjrt::ExecutablePtr Runtime::GetOrCompile(const std::string& key, int device,
         // Unloadable (e.g. written by another plugin build): recompile.
       }
     }
+    std::lock_guard<std::mutex> lock(cache_mu_);
     ++stats_.disk_misses;
   }
+  auto exe = CompileModule(key, device, text, seconds);
+  {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    stats_.compile_seconds += *seconds;
+    ++stats_.compiles;
+    cache_.emplace(full_key, exe);
+  }
+  if (disk_->enabled()) {
+    try {
+      disk_->Store(disk_key, exe->Serialize());
+      RecordInManifest(full_key, disk_key);
+    } catch (const pjrt::Error&) {
+      // Plugins that cannot serialize just do without the disk tier.
+    }
+  }
+  return exe;
+}
+
+pjrt::ExecutablePtr Runtime::CompileModule(const std::string& key, int device, const std::string& text,
+                                           double* seconds) {
   auto start = std::chrono::steady_clock::now();
   pjrt::ExecutablePtr exe;
   try {
     trace::Scope span(trace::Kind::Compile, trace::NameOfKey(key), device);
+    // Fault injection for tests: compiles of keys containing this fail.
+    const char* fail = std::getenv("TORCH_TPU_TEST_FAIL_COMPILE");
+    if (fail && *fail && key.find(fail) != std::string::npos)
+      throw pjrt::Error(std::string("injected compile failure (TORCH_TPU_TEST_FAIL_COMPILE=") + fail + ")");
     exe = client_->Compile(text, device);
   } catch (const pjrt::Error& e) {
     if (const std::string* name = RejectedXlaOption(e.what()))
@@ -208,22 +285,7 @@ pjrt::ExecutablePtr Runtime::GetOrCompile(const std::string& key, int device,
     std::ofstream(path) << text;
     throw pjrt::Error(std::string(e.what()) + " (module saved to " + path + ")", e.code());
   }
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  stats_.compile_seconds += seconds;
-  ++stats_.compiles;
-  {
-    std::lock_guard<std::mutex> lock(cache_mu_);
-    cache_.emplace(full_key, exe);
-  }
-  if (disk_->enabled()) {
-    try {
-      disk_->Store(disk_key, exe->Serialize());
-      RecordInManifest(full_key, disk_key);
-    } catch (const pjrt::Error&) {
-      // Plugins that cannot serialize just do without the disk tier.
-    }
-  }
-  NotifyCompiled(seconds);  // compile_hook.h: the compile-burst log
+  *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return exe;
 }
 

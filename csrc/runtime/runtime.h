@@ -21,6 +21,9 @@
 
 namespace torch_tpu::runtime {
 
+class PendingCompile;  // compile_pool.h
+struct QueuedValue;    // launch_queue.h
+
 pjrt::BufferType ToPjrt(hlo::ElementType t);
 
 // The bytes of one PyTorch storage on one device. The current value is an
@@ -44,6 +47,10 @@ struct DeviceStorage {
   // is stale until the recording is flushed. -1: not pending.
   int pending_value = -1;
   bool pending() const { return pending_value >= 0; }
+  // Background compiles (launch_queue.h): a queued launch will write the
+  // storage; until it has run, `buffer` is stale and readers queued after it
+  // take this value. Null: no queued launch writes it.
+  std::shared_ptr<QueuedValue> queued;
   int64_t numel() const { return static_cast<int64_t>(nbytes / hlo::ByteSize(dtype)); }
   bool padded() const { return !padded_shape.empty(); }
   int64_t buffer_numel() const {
@@ -130,6 +137,11 @@ class Runtime {
   // pjrt::Error (with the module saved to a file named in the message).
   pjrt::ExecutablePtr GetOrCompile(const std::string& key, int device,
                                    const std::function<std::string()>& build);
+  // GetOrCompile() on the compile pool (compile_pool.h): build() runs here,
+  // the compile there; counted the same (a key already compiling is a hit).
+  // The caller runs NotifyCompiled() when it takes a compiled executable.
+  std::shared_ptr<PendingCompile> CompileInBackground(const std::string& key, int device,
+                                                      const std::function<std::string()>& build);
   // Runs and records outputs for synchronize(); in launch-blocking mode waits
   // for completion and reports the op that failed.
   std::vector<pjrt::BufferPtr> Execute(const pjrt::Executable& exe,
@@ -155,6 +167,7 @@ class Runtime {
 
   Stats& stats() { return stats_; }
   void ResetStats() {
+    std::lock_guard<std::mutex> lock(cache_mu_);  // compile threads count under it
     stats_ = Stats();
     prefetched_ = 0;
     ++stats_generation_;
@@ -180,6 +193,11 @@ class Runtime {
 
  private:
   Runtime(const std::string& plugin_path, int cpu_device_count);
+  pjrt::ExecutablePtr Lookup(const std::string& full_key);
+  pjrt::ExecutablePtr CompileText(const std::string& full_key, const std::string& key, int device,
+                                  const std::string& text, double* seconds);
+  pjrt::ExecutablePtr CompileModule(const std::string& key, int device, const std::string& text,
+                                    double* seconds);
   pjrt::BufferPtr CachedScalar(const void* data, size_t nbytes, hlo::ElementType t, int device);
   // Warm start: see the comment at StartPrefetch in runtime.cpp.
   void StartPrefetch();
@@ -197,6 +215,7 @@ class Runtime {
   std::unique_ptr<pjrt::Client> client_;
   mutable std::mutex cache_mu_;  // cache_ and the prefetch state below
   std::unordered_map<std::string, pjrt::ExecutablePtr> cache_;
+  std::unordered_map<std::string, std::shared_ptr<PendingCompile>> compiling_;  // on the pool
   std::unordered_map<std::string, std::string> prefetch_pending_;  // key -> entry file
   std::vector<std::string> prefetch_order_;
   size_t prefetch_next_ = 0;

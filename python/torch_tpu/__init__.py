@@ -33,6 +33,16 @@ from . import _plugin
 _initialized = False
 
 
+def _finish_queued_launches() -> None:
+    """At exit: runs the launches still queued behind background compiles
+    (TORCH_TPU_COMPILE_THREADS), so no compile is left inside XLA while the
+    process tears down; a failure is reported, not raised."""
+    try:
+        _C._flush()
+    except Exception as e:  # noqa: BLE001  (exit must go on)
+        print(f"torch_tpu: at exit: {e}", file=sys.stderr)
+
+
 def _setup() -> None:
     global _initialized
     if _initialized:
@@ -53,6 +63,7 @@ def _setup() -> None:
     _C._configure(plugin, cpu_devices)
     _C._register()
     atexit.register(_release_autograd_threads)
+    atexit.register(_finish_queued_launches)  # runs first (atexit is LIFO)
 
     from . import device as _device_module
 
