@@ -689,24 +689,32 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     ``cacheable``: return ``OutputCode`` objects (see _output_code_classes)."""
     _stats["graphs"] += 1
     compiled_cls, eager_cls = _output_code_classes() if cacheable else (_Compiled, None)
-    try:
-        if _symbolic.is_symbolic_graph(gm):
-            # Built per bucket at call time; not saved by the AOTAutograd
-            # cache (an _EagerCode declines to be saved).
-            compiled = _symbolic.Bucketed(gm, dense_from)
-            _symbolic.CREATED.append(compiled)
-            _stats["native_graphs"] += 1
-            return eager_cls(compiled) if cacheable else compiled
-        compiled = compiled_cls(gm, example_inputs, dense_from)
-    except _Unsupported as e:
-        reason = str(e)
-    except (RuntimeError, TypeError, ValueError, IndexError) as e:
-        reason = f"graph lowering failed: {e}"
+    symbolic = _symbolic.is_symbolic_graph(gm)
+    if symbolic:
+        # Built per bucket at call time; not saved by the AOTAutograd
+        # cache (an _EagerCode declines to be saved).
+        compiled, reason = _lower(lambda: _symbolic.Bucketed(gm, dense_from))
     else:
-        _stats["native_graphs"] += 1
+        compiled, reason = _lower(lambda: compiled_cls(gm, example_inputs, dense_from))
+    if compiled is None:
+        fallback = _fallback(gm, reason)
+        return eager_cls(fallback) if cacheable else fallback
+    _stats["native_graphs"] += 1
+    if not symbolic:
         return compiled
-    fallback = _fallback(gm, reason)
-    return eager_cls(fallback) if cacheable else fallback
+    _symbolic.CREATED.append(compiled)
+    return eager_cls(compiled) if cacheable else compiled
+
+
+def _lower(build: Callable[[], Any]) -> tuple[Any, str | None]:
+    """(build(), None), or (None, why) when the graph cannot be lowered (an
+    op without a rule, or the builder refused it)."""
+    try:
+        return build(), None
+    except _Unsupported as e:
+        return None, str(e)
+    except (RuntimeError, TypeError, ValueError, IndexError) as e:
+        return None, f"graph lowering failed: {e}"
 
 
 _backends: dict[bool, Callable] = {}

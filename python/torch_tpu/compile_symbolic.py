@@ -404,21 +404,16 @@ class Bucketed:
         return None
 
     def _exact(self, args: list, values: tuple) -> Any:
-        from .compile import _Compiled, _fallback, _Unsupported
+        from .compile import _Compiled, _fallback, _lower
 
         shapes = Shapes(self.symbols, values, dynamic=False)
-        try:
-            compiled = _Compiled(self.gm, args, self.dense_from, shapes)
-        except _Unsupported as e:
-            reason = str(e)
-        except (RuntimeError, TypeError, ValueError, IndexError) as e:
-            reason = f"graph lowering failed: {e}"
-        else:
-            _stats["exact_shape_modules"] += 1
-            self.exact[values] = (compiled, shapes)
-            return self.exact[values]
-        self.eager = _fallback(self.gm, reason)
-        return None
+        compiled, reason = _lower(lambda: _Compiled(self.gm, args, self.dense_from, shapes))
+        if compiled is None:
+            self.eager = _fallback(self.gm, reason)
+            return None
+        _stats["exact_shape_modules"] += 1
+        self.exact[values] = (compiled, shapes)
+        return self.exact[values]
 
 
 def _segments(shape: Any) -> tuple:
