@@ -32,6 +32,7 @@ import weakref
 from typing import Any, Optional
 
 from . import _C
+from .jax_types import _avals_of, _jax_dtype, _torch_dtype
 
 _POLICIES: "weakref.WeakSet[DynamicPolicy]" = weakref.WeakSet()
 _FALLBACKS: dict[str, str] = {}  # op name -> the last reason it ran exact
@@ -130,7 +131,6 @@ class DynamicPolicy:
         import torch  # noqa: PLC0415
 
         from . import jax_bounds  # noqa: PLC0415
-        from .pallas import _avals_of, _jax_dtype, _torch_dtype  # noqa: PLC0415
 
         op = self.op
         names = [f"s{k}" for k in range(len(buckets))]

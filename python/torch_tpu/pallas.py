@@ -51,6 +51,7 @@ import torch
 
 from . import _C
 from .jax_dynamic import DynamicPolicy
+from .jax_types import _FROM_HLO, _WIDE, _avals_of, _jax_dtype, _torch_dtype
 
 __all__ = ["jax_op", "custom_jax_kernel"]
 
@@ -65,37 +66,6 @@ def _jax() -> Any:
         raise ImportError(f"torch_tpu.pallas.jax_op needs JAX, which is not installed ({e}); "
                           f"install it with `{_INSTALL}`") from e
     return jax
-
-
-# ------------------------------------------------------------------ dtypes
-
-_DTYPE_NAMES = {  # torch dtype <-> numpy/JAX name
-    torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
-    torch.bfloat16: "bfloat16", torch.int8: "int8", torch.int16: "int16", torch.int32: "int32",
-    torch.int64: "int64", torch.uint8: "uint8", torch.uint16: "uint16", torch.uint32: "uint32",
-    torch.uint64: "uint64", torch.bool: "bool",
-}
-_FROM_JAX = {v: k for k, v in _DTYPE_NAMES.items()}
-_FROM_HLO = {  # the builder's element type names (graph rule arguments)
-    "f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16,
-    "i8": torch.int8, "i16": torch.int16, "i32": torch.int32, "i64": torch.int64,
-    "ui8": torch.uint8, "ui16": torch.uint16, "ui32": torch.uint32, "ui64": torch.uint64,
-    "i1": torch.bool,
-}
-_WIDE = {torch.float64, torch.int64, torch.uint64}
-
-
-def _jax_dtype(dtype: torch.dtype, op: str) -> str:
-    if dtype not in _DTYPE_NAMES:
-        raise TypeError(f"jax_op {op}: tensors of dtype {dtype} are not supported")
-    return _DTYPE_NAMES[dtype]
-
-
-def _torch_dtype(jax_dtype: Any, op: str) -> torch.dtype:
-    name = str(jax_dtype)
-    if name not in _FROM_JAX:
-        raise TypeError(f"jax_op {op}: the JAX function returns dtype {name}, which torch lacks")
-    return _FROM_JAX[name]
 
 
 # ------------------------------------------------------------------ signatures
@@ -473,17 +443,6 @@ class _FastCustomOpDef(torch._library.custom_ops.CustomOpDef):
             if out is not _SLOW:
                 return out
         return self._opoverload(*args, **kwargs)
-
-
-def _avals_of(sig: tuple) -> list:
-    """The tensor avals of a signature, in flat order."""
-    out = []
-    for s in sig:
-        if s is not None and s[0] == "T":
-            out.append(s)
-        elif s is not None and s[0] == "L":
-            out.extend(s[1])
-    return out
 
 
 class _Aval:
