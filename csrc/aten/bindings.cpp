@@ -297,6 +297,7 @@ PYBIND11_MODULE(_C, m) {
     torch_tpu::aten::ClearPaddedRowsExecutables();
     torch_tpu::aten::ClearDynamicExecutables();
     torch_tpu::aten::ClearCustomModuleExecutables();
+    torch_tpu::aten::ClearHostFactorySizes();
     GetRuntime().ClearCache();
   });
   m.def("_set_launch_blocking", [](bool v) { GetRuntime().set_launch_blocking(v); });

@@ -187,6 +187,7 @@ void ClearEagerExecutables();    // eager.cpp: the exact-shape cache
 void ClearFastEntries();         // call_fast.cpp
 void ClearPaddedRowsExecutables();  // padded_rows.cpp
 void ClearDynamicExecutables();  // dynamic.cpp: bounded-dynamic ones, their specs and failures
+void ClearHostFactorySizes();    // host_factory.cpp: which factories compiled a size
 
 // ---- the hit path (call_fast.cpp): a cached functional call launched
 // straight from its arguments, by a fingerprint of its signature.

@@ -245,13 +245,11 @@ FoundExecutable ModuleExecutable(std::mutex& mu, std::map<std::string, pjrt::Exe
     }
   }
   auto& rt = GetRuntime();
-  int64_t compiles = rt.stats().compiles;
   try {
-    found.exe = rt.GetOrCompile(cache_key, device, text);
+    found.exe = rt.GetOrCompile(cache_key, device, text, &found.compiled);
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "jax_op: compiling the ", what, " failed: ", e.what());
   }
-  found.compiled = rt.stats().compiles != compiles;
   std::lock_guard<std::mutex> lock(mu);
   exes.emplace(local_key, found.exe);
   return found;

@@ -985,9 +985,9 @@ DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const 
     dc.out_buffer.push_back(buffer);
   }
   std::string text = BuildDynamicModule(call, lay, bucket_specs, dc);
-  int64_t compiles = GetRuntime().stats().compiles;
-  dc.exe = GetRuntime().GetOrCompile(key, call.plan.device, [&] { return text; });
-  if (GetRuntime().stats().compiles != compiles) CountCompile(call.desc->name, true);
+  bool compiled = false;
+  dc.exe = GetRuntime().GetOrCompile(key, call.plan.device, [&] { return text; }, &compiled);
+  if (compiled) CountCompile(call.desc->name, true);
   CountDynamicExecutable();
   return &(State().executables[key] = std::move(dc));
 }

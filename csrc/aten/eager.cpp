@@ -75,10 +75,10 @@ const Compiled& CompiledFor(const Call& call, Compiled* hit) {
     return *hit;
   }
   std::vector<std::string> checks;
-  int64_t compiles = rt.stats().compiles;
+  bool compiled = false;
   auto exe = rt.GetOrCompile(call.plan.key, call.plan.device,
-                             [&] { return BuildModule(call, &checks); });
-  if (rt.stats().compiles != compiles) CountCompile(call.desc->name);  // dynamic.h
+                             [&] { return BuildModule(call, &checks); }, &compiled);
+  if (compiled) CountCompile(call.desc->name);  // dynamic.h
   return Executables()[call.plan.key] = Compiled{exe, call.cached(), checks};
 }
 

@@ -21,13 +21,20 @@ namespace {
 
 constexpr size_t kMaxHostBytes = size_t{64} << 10;
 
+std::mutex& SeenMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::unordered_set<std::string>& Seen() {
+  static auto* seen = new std::unordered_set<std::string>();
+  return *seen;
+}
+
 // Whether `op|dtype` has compiled a size already (the first size compiles:
 // its repeats then hit the executable).
 bool CompiledBefore(const std::string& signature) {
-  static std::mutex mu;
-  static auto* seen = new std::unordered_set<std::string>();
-  std::lock_guard<std::mutex> lock(mu);
-  return !seen->insert(signature).second;
+  std::lock_guard<std::mutex> lock(SeenMutex());
+  return !Seen().insert(signature).second;
 }
 
 bool Eligible(const Call& call) {
@@ -57,6 +64,12 @@ std::optional<std::vector<c10::IValue>> RunFactoryOnHost(const Call& call, const
   at::Tensor dst = out;
   dst.copy_(host);  // an upload into the out tensor's storage
   return std::vector<c10::IValue>{out};
+}
+
+// After clear_cache() the first size compiles again, as it did at first.
+void ClearHostFactorySizes() {
+  std::lock_guard<std::mutex> lock(SeenMutex());
+  Seen().clear();
 }
 
 }  // namespace torch_tpu::aten

@@ -103,9 +103,9 @@ pjrt::Executable* RowsExecutable(const Call& call, int input, int64_t rows) {
   } catch (const lowering::Unsupported&) {
     return nullptr;
   }
-  int64_t compiles = GetRuntime().stats().compiles;
-  pjrt::ExecutablePtr exe = GetRuntime().GetOrCompile(key, call.plan.device, [&] { return text; });
-  if (GetRuntime().stats().compiles != compiles) CountCompile(call.desc->name, true);
+  bool compiled = false;
+  pjrt::ExecutablePtr exe = GetRuntime().GetOrCompile(key, call.plan.device, [&] { return text; }, &compiled);
+  if (compiled) CountCompile(call.desc->name, true);
   CountDynamicExecutable();
   return (cache[key] = exe).get();
 }

@@ -232,6 +232,12 @@ int64_t WrapDim(int64_t dim, int64_t rank) {
   return dim < 0 ? dim + r : dim;
 }
 
+std::vector<int64_t> Range(int64_t n) {
+  std::vector<int64_t> v(n);
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
 std::vector<int64_t> ReduceDims(const std::vector<int64_t>& dims, int64_t rank) {
   std::vector<int64_t> out;
   if (dims.empty()) {
@@ -309,9 +315,7 @@ Value CheckedIndex(Context& c, Value idx, int64_t size, bool allow_negative,
   Value n = b.Splat(ElementType::I64, static_cast<double>(size), shape);
   Value low = allow_negative ? b.Unary("negate", n) : zero;
   Value in_range = b.Binary("and", b.Compare("GE", i, low), b.Compare("LT", i, n));
-  std::vector<int64_t> dims(i.rank());
-  std::iota(dims.begin(), dims.end(), 0);
-  Value all = b.Reduce(in_range, b.ConstantInt(ElementType::Bool, 1), dims, "and");
+  Value all = b.Reduce(in_range, b.ConstantInt(ElementType::Bool, 1), Range(i.rank()), "and");
   c.Require(all, what + ": index out of range for a dimension of size " + std::to_string(size));
   if (!allow_negative) return i;
   return b.Select(b.Compare("LT", i, zero), b.Binary("add", i, n), i);
@@ -324,9 +328,7 @@ Value CheckedIndexInDim(Context& c, Value idx, Value x, int64_t dim, const std::
   Value size = b.Convert(b.GetDimensionSize(x, dim), ElementType::I64);
   Value n = shape.empty() ? size : b.BroadcastInDim(size, shape, {});
   Value in_range = b.Binary("and", b.Compare("GE", i, b.Splat(ElementType::I64, 0, shape)), b.Compare("LT", i, n));
-  std::vector<int64_t> dims(i.rank());
-  std::iota(dims.begin(), dims.end(), 0);
-  Value all = b.Reduce(in_range, b.ConstantInt(ElementType::Bool, 1), dims, "and");
+  Value all = b.Reduce(in_range, b.ConstantInt(ElementType::Bool, 1), Range(i.rank()), "and");
   c.Require(all, what + ": index out of range for dimension " + std::to_string(dim) + " of the destination");
   return i;
 }

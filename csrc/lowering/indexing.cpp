@@ -11,7 +11,6 @@
 // row of `values`, found by an exclusive prefix count of the mask, so
 // x[mask] = v needs no host sync.
 #include <algorithm>
-#include <numeric>
 
 #include "lowering/lowering.h"
 
@@ -20,12 +19,6 @@ namespace {
 
 using K = Arg::Kind;
 using E = ElementType;
-
-std::vector<int64_t> Range(int64_t n) {
-  std::vector<int64_t> v(n);
-  std::iota(v.begin(), v.end(), 0);
-  return v;
-}
 
 // Inclusive prefix sum along dim 0 of a 1-D value (Hillis-Steele).
 Value CumSum1d(Builder& b, Value x) {

@@ -195,6 +195,8 @@ inline Value AtLeast1d(Builder& b, Value x) { return x.rank() == 0 ? b.Reshape(x
 // Dtype arithmetic runs in: f32 for 16-bit floats (PyTorch's opmath).
 ElementType ComputeType(ElementType t);
 int64_t WrapDim(int64_t dim, int64_t rank);
+// 0, 1, ..., n-1: every dim of a rank-n value (reductions, scatter/gather dims).
+std::vector<int64_t> Range(int64_t n);
 // Sorted, wrapped dims; an empty list means all dims.
 std::vector<int64_t> ReduceDims(const std::vector<int64_t>& dims, int64_t rank);
 // Converts and broadcasts an arg (Tensor or Scalar) to type/shape.

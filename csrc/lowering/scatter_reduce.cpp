@@ -9,7 +9,6 @@
 // - index_reduce(self, dim, index, source, reduce, include_self): source's
 //   slices reduced (prod, mean, amax, amin) into self's slices at `index`
 //   along dim: scatter_reduce.two with index broadcast to source's shape.
-#include <numeric>
 #include <string>
 #include <vector>
 
@@ -20,12 +19,6 @@ namespace {
 
 using K = Arg::Kind;
 using E = ElementType;
-
-std::vector<int64_t> Range(int64_t n) {
-  std::vector<int64_t> v(n);
-  std::iota(v.begin(), v.end(), 0);
-  return v;
-}
 
 // Elementwise scatter (full coordinates over all dims) whose combiner
 // propagates NaN for maximum / minimum (as PyTorch's scatter_reduce does).

@@ -9,7 +9,6 @@
 // ops, negative) indices, which the rules do not check; XLA clamps gather
 // indices and drops out-of-range scatter updates.
 #include <algorithm>
-#include <numeric>
 
 #include "lowering/lowering.h"
 
@@ -23,12 +22,6 @@ using E = ElementType;
 // broadcast to `shape`.
 Value Fill(Builder& b, Value scalar, ElementType t, const std::vector<int64_t>& shape) {
   return b.BroadcastInDim(b.Convert(b.Reshape(scalar, {}), t), shape, {});
-}
-
-std::vector<int64_t> Range(int64_t n) {
-  std::vector<int64_t> v(n);
-  std::iota(v.begin(), v.end(), 0);
-  return v;
 }
 
 // The combiner of a scatter in dtype t: "add" / "multiply" become logical

@@ -180,12 +180,14 @@ pjrt::ExecutablePtr Runtime::Lookup(const std::string& full_key) {
 }
 
 pjrt::ExecutablePtr Runtime::GetOrCompile(const std::string& key, int device,
-                                          const std::function<std::string()>& build) {
+                                          const std::function<std::string()>& build, bool* compiled) {
+  if (compiled) *compiled = false;
   std::string full_key = std::to_string(device) + "|" + key;
   if (auto exe = Lookup(full_key)) return exe;
   double seconds = -1;
   auto exe = CompileText(full_key, key, device, build(), &seconds);
   if (seconds >= 0) NotifyCompiled(seconds);  // compile_hook.h: the compile-burst log
+  if (compiled) *compiled = seconds >= 0;
   return exe;
 }
 

@@ -135,8 +135,11 @@ class Runtime {
 
   // Compiled executable for `key`, compiling build() on a miss. Throws
   // pjrt::Error (with the module saved to a file named in the message).
+  // *compiled (if given): whether XLA compiled it in this call (not a
+  // memory or disk-cache hit); compiles on other threads do not count.
   pjrt::ExecutablePtr GetOrCompile(const std::string& key, int device,
-                                   const std::function<std::string()>& build);
+                                   const std::function<std::string()>& build,
+                                   bool* compiled = nullptr);
   // GetOrCompile() on the compile pool (compile_pool.h): build() runs here,
   // the compile there; counted the same (a key already compiling is a hit).
   // The caller runs NotifyCompiled() when it takes a compiled executable.

@@ -201,3 +201,18 @@ def test_arange_at_new_lengths_compiles_nothing():
     big = torch.arange(20000, device="tpu")  # past 64 KiB: compiled on the device
     assert debug.stats()["compiles_by_op"] == {"arange.start_out": 1}
     assert torch.equal(big.cpu(), torch.arange(20000))
+
+
+def test_clear_cache_makes_arange_compile_its_first_length_again():
+    # debug.clear_cache() drops every executable: the next arange compiles on
+    # the device, as the very first one did, before host-computed lengths.
+    torch.arange(61, device="tpu")
+    debug.clear_cache()
+    debug.reset_stats()
+    got = torch.arange(62, device="tpu")
+    assert debug.stats()["compiles_by_op"] == {"arange.start_out": 1}
+    assert torch.equal(got.cpu(), torch.arange(62))
+    debug.reset_stats()
+    got = torch.arange(63, device="tpu")
+    assert debug.stats()["compiles"] == 0
+    assert torch.equal(got.cpu(), torch.arange(63))
