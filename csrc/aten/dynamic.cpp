@@ -152,7 +152,7 @@ const std::unordered_set<std::string>& DynamicOps() {
       "clone", "cat", "embedding", "masked_fill.Scalar", "cumsum", "all", "any", "all.dim", "any.dim",
       // logic and arg-reductions (generate()'s stopping bookkeeping per sequence)
       "argmax", "argmin", "max", "min", "bitwise_and.Tensor", "bitwise_or.Tensor", "bitwise_xor.Tensor",
-      "bitwise_not", "logical_not", "logical_and", "logical_or",
+      "bitwise_not", "logical_not", "logical_and", "logical_or", "isin.Tensor_Tensor", "isin.Tensor_Scalar",
       // attention, in its batch and sequence dims only (OpStaticDims)
       "_scaled_dot_product_efficient_attention",
       // in-place writes of whole storages (WholeDestinations): fills, copies

@@ -80,7 +80,7 @@ std::vector<Value> BucketizeRule(Context& c, const std::vector<Arg>& a) {
   return {b.Reshape(r, out.shape)};
 }
 
-// elements (shape S) vs test elements: [N, M] equality, any over M.
+// elements (shape S) vs test elements (shape T): S x T equality, any over T.
 Value IsIn(Context& c, Value elements, Value test, ElementType t, bool invert) {
   Builder& b = c.b;
   const TensorType& out = Out(c);
@@ -90,12 +90,18 @@ Value IsIn(Context& c, Value elements, Value test, ElementType t, bool invert) {
     Value v = b.Splat(E::Bool, invert ? 1 : 0, out.shape);
     return b.Convert(v, out.dtype);
   }
-  Value e = b.Reshape(b.Convert(elements, t), {n});
-  Value s = b.Reshape(b.Convert(test, t), {m});
-  Value eq = b.Compare("EQ", b.BroadcastInDim(e, {n, m}, {0}), b.BroadcastInDim(s, {n, m}, {1}));
-  Value any = b.Reduce(eq, b.ConstantInt(E::Bool, 0), {1}, "or");
+  // elements' dims, then test's: no reshape, so a bounded-dynamic dim of
+  // either stays one dim for XLA's padder (which cannot split a merged one).
+  const int64_t r = elements.rank(), q = test.rank();
+  std::vector<int64_t> both = elements.shape();
+  both.insert(both.end(), test.shape().begin(), test.shape().end());
+  std::vector<int64_t> test_dims = Range(r + q);
+  test_dims.erase(test_dims.begin(), test_dims.begin() + r);
+  Value eq = b.Compare("EQ", b.BroadcastInDim(b.Convert(elements, t), both, Range(r)),
+                       b.BroadcastInDim(b.Convert(test, t), both, test_dims));
+  Value any = q == 0 ? eq : b.Reduce(eq, b.ConstantInt(E::Bool, 0), test_dims, "or");
   if (invert) any = b.Unary("not", any);
-  return b.Reshape(b.Convert(any, out.dtype), out.shape);
+  return b.Convert(any, out.dtype);
 }
 
 std::vector<Value> IsInRule(Context& c, const std::vector<Arg>& a) {

@@ -30,6 +30,18 @@ What is patched, and why:
     before anything runs), the model runs eagerly from then on, again with a
     single warning.
 
+``transformers.generation.utils.GenerationMixin._prepare_static_cache``
+    The StaticCache that ``generate()`` creates is sized to this call's
+    ``max_length`` (prompt + new tokens), so every longer prompt made a new
+    cache shape: a new compiled decode graph and new eager prefill ops. On
+    "tpu", unless ``TORCH_TPU_DYNAMIC_SHAPES=0``, its length is rounded up to
+    strict eager's size bucket (4, 8, 16, then 8 buckets per octave: < 12.5%
+    more cache above 16), so the prompts of one bucket share one cache shape
+    and compile nothing new. Positions past the prompt are masked, so tokens
+    are unchanged. A ``max_cache_len`` in the generation config is rounded
+    the same way (every call then shares its shape); a cache object the user
+    passes is left as it is.
+
 ``accelerate.state.PartialState.default_device``
     Accelerate knows cuda, xpu, npu, mps, ... but not "tpu": its default
     device would be CPU while Transformers' ``TrainingArguments.device`` is
@@ -250,6 +262,34 @@ def _patch_modeling_utils(module: Any) -> None:
     cls.get_compiled_call = get_compiled_call
 
 
+def _bucketed_cache_length(model: Any, length: int) -> int:
+    """`length` rounded up to strict eager's size bucket for a model on "tpu"."""
+    if getattr(getattr(model, "device", None), "type", None) != "tpu":
+        return length
+    from . import _C  # noqa: PLC0415 (the extension is loaded by then: the model is on "tpu")
+
+    if _C._dynamic_shapes() == "0" or length <= 1:
+        return length
+    return max(length, int(_C._dynamic_bucket(length)))
+
+
+def _patch_generation_utils(module: Any) -> None:
+    cls = getattr(module, "GenerationMixin", None)
+    original = getattr(cls, "_prepare_static_cache", None) if cls is not None else None
+    if original is None or getattr(original, "_torch_tpu_wrapped", False):
+        return
+
+    def _prepare_static_cache(self: Any, cache_implementation: str, batch_size: int, max_cache_len: int,
+                              *args: Any, **kwargs: Any) -> Any:
+        length = _bucketed_cache_length(self, max_cache_len)
+        return original(self, cache_implementation, batch_size, length, *args, **kwargs)
+
+    _prepare_static_cache.__doc__ = original.__doc__
+    _prepare_static_cache.__wrapped__ = original  # type: ignore[attr-defined]
+    _prepare_static_cache._torch_tpu_wrapped = True  # type: ignore[attr-defined]
+    cls._prepare_static_cache = _prepare_static_cache
+
+
 def _patch_accelerate_state(module: Any) -> None:
     cls = getattr(module, "PartialState", None)
     prop = cls.__dict__.get("default_device") if cls is not None else None
@@ -276,6 +316,7 @@ _PATCHES: Dict[str, Callable[[Any], None]] = {
     "accelerate.state": _patch_accelerate_state,
     "safetensors": _patch_safetensors,
     "safetensors.torch": _patch_safetensors_torch,
+    "transformers.generation.utils": _patch_generation_utils,
     "transformers.modeling_utils": _patch_modeling_utils,
 }
 

@@ -70,6 +70,17 @@ def test_where_and_compare():
     assert s["compiles"] == 4 and s["dynamic_executables"] == 2 and s["dynamic_hits"] == 4, s
 
 
+@pytest.mark.parametrize("invert", [False, True])
+def test_isin_on_a_dynamic_sequence(invert):
+    # generate()'s stopping check: isin(tokens [b, n], eos ids) per new length.
+    stop = torch.tensor([3, 7, 11])
+    f = lambda x, t: torch.isin(x, t, invert=invert)  # noqa: E731
+    assert_one_bucket(run_sizes(f, lambda n: (torch.randint(0, 13, (2 + invert, n)), stop)))
+    cols = 3 + invert  # each parametrization its own signature
+    s = run_sizes(lambda x: torch.isin(x, 5, invert=invert), lambda n: (torch.randint(0, 9, (n, cols)),))
+    assert_one_bucket(s)  # Tensor_Scalar
+
+
 @pytest.mark.parametrize("dim", [0, 1])
 def test_sum_mean_amax_along_the_dynamic_dim_and_the_other(dim):
     x_of = lambda n: (torch.randn(n, 24) - 3,)  # noqa: E731

@@ -157,11 +157,10 @@ def test_generate_left_padded_batches(llama):
 
 
 def test_static_cache_generate_compiles_no_op(llama):
-    # StaticCache sizes its cache per prompt (prompt + new tokens): the cache
-    # update (index_copy_) and attention run dynamic in that dim, the cache
-    # positions (arange) are uploaded. What still compiles per new length is
-    # the decode step Transformers compiles itself (torch.compile: a graph per
-    # exact shape).
+    # StaticCache sizes its cache per prompt (prompt + new tokens, rounded up
+    # to a size bucket on tpu: torch_tpu.hf): the cache update (index_copy_)
+    # and attention run dynamic in the prompt's dim, the cache positions
+    # (arange) are uploaded.
     cpu, dev = llama
 
     def static(model, ids):
@@ -178,6 +177,55 @@ def test_static_cache_generate_compiles_no_op(llama):
         if n == 35:  # inside the warm buckets (prompt 36, cache 40)
             assert stats["compiles_by_op"] == {}, stats["compiles_by_op"]
             assert stats["dynamic_compiles_by_op"] == {}, stats["dynamic_compiles_by_op"]
+
+
+def test_static_cache_compiled_decode_new_prompt_lengths_compile_nothing(llama):
+    # generate() compiles its decode step (torch.compile, backend "tpu") for a
+    # StaticCache, and Dynamo specialises on the cache's length. torch_tpu.hf
+    # rounds the length generate() asks for (prompt + new tokens - 1) up to a
+    # size bucket: prompts 49-51 with 6 new tokens all get a cache of 56, so
+    # after the first two the third compiles no graph and no op.
+    from torch_tpu import compile as tpu_compile
+
+    cpu, dev = llama
+    dev.__dict__.pop("_previous_max_cache_length", None)  # earlier tests' caches
+
+    def static(model, ids):
+        with torch.no_grad():
+            return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6,
+                                  do_sample=False, cache_implementation="static")
+
+    for n in (49, 50, 51):
+        ids = prompt(1, n, seed=n)[0]
+        debug.reset_stats()
+        tpu_compile.reset_stats()
+        got = static(dev, ids.to("tpu")).cpu()
+        graphs, compiles = tpu_compile.stats()["graphs"], debug.stats()["compiles_by_op"]
+        assert torch.equal(got, static(cpu, ids)), n
+        assert dev._previous_max_cache_length == 56, (n, dev._previous_max_cache_length)
+        if n == 49:
+            assert graphs == 1  # the decode step, once for the bucket
+        if n == 51:
+            assert (graphs, compiles) == (0, {}), (n, graphs, compiles)
+
+
+def test_static_cache_length_is_exact_with_exact_shapes(llama):
+    # TORCH_TPU_DYNAMIC_SHAPES=0 keeps Transformers' own length, and a CPU
+    # model is never touched.
+    cpu, dev = llama
+    ids = prompt(1, 21, seed=3)[0]
+    for model, x in ((cpu, ids), (dev, ids.to("tpu"))):
+        model.__dict__.pop("_previous_max_cache_length", None)
+        with torch_tpu.dynamic.dynamic_shapes("0"), torch.no_grad():
+            model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=3, do_sample=False,
+                           cache_implementation="static", disable_compile=True)
+        assert model._previous_max_cache_length == 21 + 3 - 1
+    dev.__dict__.pop("_previous_max_cache_length", None)
+    with torch.no_grad():
+        x = ids.to("tpu")
+        dev.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=3, do_sample=False,
+                     cache_implementation="static", disable_compile=True)
+    assert dev._previous_max_cache_length == 24  # 23 -> its bucket
 
 
 def test_arange_at_new_lengths_compiles_nothing():
