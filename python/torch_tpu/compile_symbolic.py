@@ -30,13 +30,13 @@ correct, not shape-polymorphic), counted in ``compile.stats()
 """
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 import sympy
 import torch
 
 from . import _C
+from .compile_graph import NotBounded, _Compiled, _fallback, _lower, _unbox, _Unsupported
 
 _stats = {"bucketed_graphs": 0, "bucket_modules": 0, "exact_shape_graphs": 0, "exact_shape_modules": 0}
 _FALLBACKS: dict[str, int] = {}  # reason -> graphs that ran exact shapes for it
@@ -52,10 +52,6 @@ def reset() -> None:
     for k in _stats:
         _stats[k] = 0
     _FALLBACKS.clear()
-
-
-class NotBounded(Exception):
-    """The graph cannot run bounded dynamic (it runs exact shapes)."""
 
 
 # Ops the dynamic padder handles on values with bounded dynamic dims (the
@@ -248,27 +244,6 @@ def bucket_of(values: tuple) -> tuple:
     return tuple(int(_C._dynamic_bucket(v)) if v > 1 else v for v in values)
 
 
-# Runtime assertions on sizes AOTAutograd leaves in a symbolic graph: the
-# guards Dynamo installed already hold for the sizes a call brings.
-_SIZE_ASSERTS = ("_assert_scalar", "sym_constrain_range_for_size", "sym_constrain_range")
-
-
-def is_symbolic_target(node: torch.fx.Node) -> bool:
-    """A node computing a SymInt (sizes, their arithmetic) or asserting on
-    one: no graph value."""
-    t = node.target
-    if isinstance(t, torch._ops.OpOverload) and t._schema.name.split("::")[-1] in _SIZE_ASSERTS:
-        return True
-    val = node.meta.get("val")
-    if not isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return False
-    t = node.target
-    return t in (torch.ops.aten.sym_size.int, torch.ops.aten.sym_numel.default,
-                 torch.ops.aten.sym_stride.int, torch.ops.aten.sym_storage_offset.default) or \
-        getattr(t, "__module__", None) in ("_operator", "operator") or t in vars(operator).values() or \
-        getattr(t, "__module__", "").startswith("torch.sym") or t in (torch.sym_max, torch.sym_min, torch.sym_not)
-
-
 def _dim_is_dynamic(t: torch.Tensor, dim: int) -> bool:
     n = t.shape[dim]
     return isinstance(n, torch.SymInt) and not _expr(n).is_number
@@ -343,8 +318,6 @@ class Bucketed:
     _boxed_call = True
 
     def __init__(self, gm: torch.fx.GraphModule, dense_from: int | None) -> None:
-        from .compile import _Unsupported
-
         self.gm, self.dense_from = gm, dense_from
         self._boxed_call = True
         self.symbols = Symbols(gm)
@@ -360,8 +333,6 @@ class Bucketed:
         _stats["bucketed_graphs"] += 1
 
     def __call__(self, *call_args: Any) -> Any:
-        from .compile import _unbox
-
         args, boxed = _unbox(call_args)
         if self.eager is not None:
             return self.eager(args)
@@ -387,8 +358,6 @@ class Bucketed:
         return compiled.call(args, boxed, sizes)
 
     def _bounded(self, args: list, key: tuple) -> Any:
-        from .compile import _Compiled, _Unsupported
-
         shapes = Shapes(self.symbols, key, dynamic=True)
         try:
             compiled = _Compiled(self.gm, args, self.dense_from, shapes)
@@ -404,8 +373,6 @@ class Bucketed:
         return None
 
     def _exact(self, args: list, values: tuple) -> Any:
-        from .compile import _Compiled, _fallback, _lower
-
         shapes = Shapes(self.symbols, values, dynamic=False)
         compiled, reason = _lower(lambda: _Compiled(self.gm, args, self.dense_from, shapes))
         if compiled is None:
