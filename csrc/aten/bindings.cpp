@@ -45,7 +45,7 @@ std::vector<GraphTensorType> TypesOf(const py::list& l) {
   return out;
 }
 
-// A graph value in the arguments compile.py passes (torch_tpu._C._GraphValue).
+// A graph value in the arguments compile_graph.py passes (torch_tpu._C._GraphValue).
 struct GraphValueId {
   int id;
 };

@@ -2,7 +2,7 @@
 // StableHLO module, compiled once and run many times. The rules are the very
 // ones eager ops use, plus Graph-scope rules (views, factories).
 //
-// The compile backend (python/torch_tpu/compile.py, through bindings.cpp)
+// The compile backend (python/torch_tpu/compile_graph.py, through bindings.cpp)
 // walks the FX graph and calls AddInput per graph input, AddOp per node,
 // SetOutputs, Compile, then Run per call. Graph inputs are module parameters
 // holding the whole (contiguous) storage of the input tensor; non-contiguous
@@ -20,8 +20,8 @@
 // with no copy, as eager in-place ops do. An input that is a non-dense view
 // goes through a dense temporary and is written back with one copy.
 //
-// Bounded dynamic dims (torch.compile with symbolic shapes, compile.py's
-// _Bucketed): a dim of an input or op result may name a runtime size `k`
+// Bounded dynamic dims (torch.compile with symbolic shapes, compile_symbolic.py's
+// Bucketed): a dim of an input or op result may name a runtime size `k`
 // (`dims[d] = k`, -1: static). Its shape entry is then the bound (the
 // size's bucket); the value is set_dimension_size'd to runtime size k, an
 // i32 parameter given per Run, so XLA's dynamic padder masks the padding

@@ -52,7 +52,7 @@ std::vector<Value> SelectScatter(Context& c, const std::vector<Arg>& a) {
 }
 
 // as_strided_scatter(self, src, size, stride, storage_offset=None): self is
-// taken as a dense buffer (compile.py checks that its value is contiguous
+// taken as a dense buffer (compile_graph.py checks that its value is contiguous
 // with offset 0, as for as_strided), src is written through the view.
 std::vector<Value> AsStridedScatter(Context& c, const std::vector<Arg>& a) {
   Value x = a.at(0).tensor, src = a.at(1).tensor;

@@ -53,3 +53,14 @@ def build(name: str, seed: int = 0):
 def prompt(batch: int = 1, length: int = 6, seed: int = 1) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(2, VOCAB, (batch, length), generator=g)
+
+
+def tokenizer():
+    """A word-level tokenizer over VOCAB words "w0".. (ids 0-2: <pad>, <unk>, <eos>), built offline."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<pad>", "<unk>", "<eos>"] + [f"w{i}" for i in range(VOCAB - 3)]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", eos_token="<eos>")

@@ -8,17 +8,7 @@ pytest.importorskip("transformers", reason="transformers not installed (scripts/
 pytest.importorskip("accelerate", reason="Trainer needs accelerate (scripts/install.sh installs it)")
 
 import torch_tpu  # noqa: E402
-from _models import VOCAB, build  # noqa: E402
-
-
-def _tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    words = ["<pad>", "<unk>", "<eos>"] + [f"w{i}" for i in range(VOCAB - 3)]
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", eos_token="<eos>")
+from _models import build, tokenizer  # noqa: E402
 
 
 class _Data(torch.utils.data.Dataset):
@@ -67,7 +57,7 @@ def test_trainer_matches_cpu(tmp_path):
 def test_pipeline_text_generation():
     from transformers import pipeline
 
-    tok = _tokenizer()
+    tok = tokenizer()
     cpu, dev = build("llama")
     text = "w1 w5 w9 w2"
     with warnings.catch_warnings():
