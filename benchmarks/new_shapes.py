@@ -14,7 +14,8 @@ on one executable per op, from the first call.
 A second scenario: a tiny 2-layer Llama (hidden 64, random weights, no hub)
 greedy-generating 8 tokens (DynamicCache) from prompts of new lengths after
 warm-up prompts of lengths 33, 34 and 38, then from batches of new sizes after
-warm-up batches of 4 and 5: compiles and wall time of each new shape, CPU
+warm-up batches of 4 and 5 (then the same with StaticCache, whose decode step
+generate() compiles with torch.compile): compiles and wall time of each new shape, CPU
 eager's time for the same generate(), whether the tokens equal CPU's, the
 repeat call of the same prompt (warm: nothing compiles; what the padding
 costs) and the decode loop's peak device memory above the weights, each
@@ -101,7 +102,7 @@ def child_llama():
     import torch
     import transformers as tf
     import torch_tpu  # noqa: F401
-    from torch_tpu import debug
+    from torch_tpu import compile as tpu_compile, debug
     torch.set_num_threads(int(os.environ.get("NEW_SHAPES_CPU_THREADS", "1")))
     torch.manual_seed(0)
     cfg = tf.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -114,9 +115,13 @@ def child_llama():
         m.generation_config.eos_token_id = None
         m.generation_config.pad_token_id = 0
 
+    static = os.environ.get("NEW_SHAPES_CACHE") == "static"
+    kw = {"cache_implementation": "static"} if static else {}  # static: generate() compiles its decode step
+
     def gen(model, ids):
         with torch.no_grad():
-            return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False)
+            return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False,
+                                  **kw)
 
     rows = []
     shapes = [(1, n, n in LLAMA_NEW) for n in LLAMA_WARM + LLAMA_NEW]
@@ -127,6 +132,7 @@ def child_llama():
         expected = gen(cpu, ids)
         cpu_s = time.perf_counter() - t
         debug.reset_stats()
+        tpu_compile.reset_stats()
         torch.tpu.reset_peak_memory_stats()
         base = torch.tpu.memory_allocated()
         t = time.perf_counter()
@@ -140,15 +146,16 @@ def child_llama():
                 t = time.perf_counter()
                 gen(dev, ids.to("tpu")).cpu()
                 warm.append(time.perf_counter() - t)
-            rows.append({"b": b, "n": n, "seconds": dt, "compiles": s["compiles"], "cpu_seconds": cpu_s,
+            compiles = s["compiles"] + tpu_compile.stats()["graphs"]  # ops, and graphs torch.compile made
+            rows.append({"b": b, "n": n, "seconds": dt, "compiles": compiles, "cpu_seconds": cpu_s,
                          "warm_seconds": min(warm), "peak_bytes": peak,
                          "equal": bool(torch.equal(got, expected))})
     print(json.dumps(rows))
 
 
-def run_child(mode, scenario):
+def run_child(mode, scenario, cache="dynamic"):
     env = dict(os.environ, TORCH_TPU_DYNAMIC_SHAPES=mode.split("+")[0], NEW_SHAPES_MARK=str(int("+mark" in mode)),
-               TORCH_TPU_CACHE_DIR=tempfile.mkdtemp(prefix="new_shapes_"))
+               TORCH_TPU_CACHE_DIR=tempfile.mkdtemp(prefix="new_shapes_"), NEW_SHAPES_CACHE=cache)
     out = subprocess.run([sys.executable, __file__, scenario], env=env, capture_output=True,
                          text=True, check=True).stdout.strip().splitlines()[-1]
     return json.loads(out)
@@ -165,11 +172,18 @@ def main():
         for r in run_child(mode, "--child"):
             print(f"{mode:>6} {r['n']:>4} {r['compiles']:>8} {r['seconds']:>8.4f} {r['cpu_seconds']:>8.4f} "
                   f"{r['seconds'] / r['cpu_seconds']:>6.1f}x {r['warm_seconds']:>8.4f} {r['max_err']:>8.1e}")
-    print(f"\ntiny Llama (2 layers, hidden 64) generate 8 tokens (DynamicCache); batch 1 warmed at prompt "
-          f"lengths {LLAMA_WARM}, then prompt length 34 warmed at batch sizes {BATCH_WARM}")
+    for cache in ("dynamic", "static"):
+        print_llama(cache)
+
+
+def print_llama(cache):
+    what = "DynamicCache" if cache == "dynamic" else "StaticCache, decode step compiled by generate()"
+    print(f"\ntiny Llama (2 layers, hidden 64) generate 8 tokens ({what}); batch 1 warmed at prompt "
+          f"lengths {LLAMA_WARM}, then prompt length 34 warmed at batch sizes {BATCH_WARM}; compiles: "
+          f"op executables + torch.compile graphs")
     print(f"{'mode':>5} {'b':>3} {'len':>4} {'compiles':>8} {'first s':>8} {'cpu s':>8} {'ratio':>7} {'warm s':>8} "
           f"{'peak KiB':>9} {'tokens':>8}")
-    results = {mode: run_child(mode, "--child-llama") for mode in ("0", "auto")}
+    results = {mode: run_child(mode, "--child-llama", cache) for mode in ("0", "auto")}
     for mode, rows in results.items():
         for r, exact in zip(rows, results["0"]):
             print(f"{mode:>5} {r['b']:>3} {r['n']:>4} {r['compiles']:>8} {r['seconds']:>8.3f} {r['cpu_seconds']:>8.3f} "
