@@ -32,8 +32,8 @@
 // the reader's bucket.
 //
 // What runs dynamic: the functional ops of DynamicOps() (elementwise,
-// reductions, softmax, matmul, clone, cat, embedding, masked_fill, cumsum,
-// attention in its sequence dims)
+// reductions, softmax, matmul, clone, cat, embedding and its backward,
+// masked_fill, cumsum, isin, attention in its sequence dims)
 // whose outputs are dense, and in-place writes of whole storages (fills,
 // copies, elementwise updates: the result becomes the storage's padded
 // buffer; a fill's or copy's destination is never laid out first). Calls of a signature
@@ -167,6 +167,8 @@ const std::unordered_set<std::string>& DynamicOps() {
       "native_layer_norm", "native_layer_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward",
       // a static KV cache's update: rows of a padded source into an exact cache
       "index_copy", "index_copy_",
+      // an embedding's gradient: padded rows scattered into the exact table
+      "embedding_dense_backward",
   };
   return ops;
 }
@@ -527,6 +529,8 @@ bool OpStaticDims(const Call& call, const std::vector<c10::IValue>& args, CallHi
       StaticDims(call, a, hints, static_cast<size_t>(dim) + 1);
       for (int64_t d = 0; d < dim; ++d) StaticDim(call, a, hints, static_cast<size_t>(d));
     }
+  } else if (name == "embedding_dense_backward") {  // (grad [S..., dim], indices [S...], ...)
+    StaticDims(call, 0, hints, 0, size_t{1});  // the embedding dim
   } else if (name == "nll_loss_forward" || name == "nll_loss_backward") {
     const size_t self = name == "nll_loss_forward" ? 0 : 1;
     StaticDims(call, self, hints, args.at(self).toTensor().dim() >= 2 ? 1 : 0);  // [N, C] or [C]

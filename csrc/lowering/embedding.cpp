@@ -29,22 +29,27 @@ std::vector<Value> EmbeddingBackward(Context& c, const std::vector<Arg>& a) {
   int64_t num_weights = a[2].i, padding_idx = a[3].i;
   bool scale = a[4].i != 0;
   Value idx0 = a[1].tensor;
-  int64_t n = idx0.type.numel();
   int64_t dim = out.shape.at(1);
-  if (n == 0 || out.numel() == 0) return One(Zeros(b, out));
-  Value idx = b.Reshape(CheckedIndex(c, idx0, num_weights, false, "embedding_backward"), {n});
-  Value g = b.Reshape(b.Convert(a[0].tensor, ct), {n, dim});
-  Value keep = b.Compare("NE", idx, b.Splat(E::I64, static_cast<double>(padding_idx), {n}));
+  if (idx0.type.numel() == 0 || out.numel() == 0) return One(Zeros(b, out));
+  // The indices' own dims S index the rows (no flattening: a bounded-dynamic
+  // dim of S stays one dim, and XLA's padder drops its padding's updates).
+  const std::vector<int64_t>& s = idx0.shape();
+  const int64_t r = idx0.rank();
+  std::vector<int64_t> rows = s, at_shape = s;
+  rows.push_back(dim);
+  at_shape.push_back(1);
+  Value idx = CheckedIndex(c, idx0, num_weights, false, "embedding_backward");
+  Value at = b.BroadcastInDim(idx, at_shape, Range(r));  // [S..., 1]
+  Value g = b.Reshape(b.Convert(a[0].tensor, ct), rows);  // grad [S..., dim] (rank-0 S: [dim])
   if (scale) {
-    Value ones = b.Splat(ct, 1, {n});
-    Value counts = b.Scatter(b.Splat(ct, 0, {num_weights}), b.Reshape(idx, {n, 1}), ones, {0},
-                             "add");
-    Value per = b.Gather(counts, b.Reshape(idx, {n, 1}), {0});  // [n]
-    g = b.Binary("divide", g, b.BroadcastInDim(per, {n, dim}, {0}));
+    Value counts = b.Scatter(b.Splat(ct, 0, {num_weights}), at, b.Splat(ct, 1, s), {0}, "add");
+    Value per = b.Gather(counts, at, {0});  // [S...]
+    g = b.Binary("divide", g, b.BroadcastInDim(per, rows, Range(r)));
   }
-  g = b.Select(b.BroadcastInDim(keep, {n, dim}, {0}), g, b.Splat(ct, 0, {n, dim}));
-  Value r = b.Scatter(b.Splat(ct, 0, {num_weights, dim}), b.Reshape(idx, {n, 1}), g, {0}, "add");
-  return One(b.Convert(r, out.dtype));
+  Value keep = b.Compare("NE", idx, b.Splat(E::I64, static_cast<double>(padding_idx), s));
+  g = b.Select(b.BroadcastInDim(keep, rows, Range(r)), g, b.Splat(ct, 0, rows));
+  Value result = b.Scatter(b.Splat(ct, 0, {num_weights, dim}), at, g, {0}, "add");
+  return One(b.Convert(result, out.dtype));
 }
 
 // embedding_renorm(self, indices, float max_norm, float norm_type): the new weight.

@@ -9,7 +9,7 @@ Modes (TORCH_TPU_DYNAMIC_SHAPES, or set_mode() at run time):
          smallest warm small bucket that holds it);
   "1"    every dim of size > 1 dynamic from the first call (for measuring).
 Ops that run dynamic: elementwise, reductions, softmax, matmul, clone, cat,
-embedding, masked_fill, cumsum (functional
+embedding and its backward, masked_fill, cumsum, isin (functional
 variants, also on views such as transposed heads and slices); everything
 else keeps exact shapes (debug.report() says why).
 

@@ -81,6 +81,21 @@ def test_isin_on_a_dynamic_sequence(invert):
     assert_one_bucket(s)  # Tensor_Scalar
 
 
+@pytest.mark.parametrize("scale", [False, True])
+def test_embedding_backward_on_a_dynamic_sequence(scale):
+    # The gradient of a [b, n] lookup, scattered into the exact [20, h] table:
+    # the padding's rows add nothing (padding_idx rows and per-index counts too).
+    def grad(idx, w, g):
+        w = w.detach().requires_grad_()
+        F.embedding(idx, w, padding_idx=1, scale_grad_by_freq=scale).backward(g)
+        return w.grad
+
+    cols = 5 + scale  # each parametrization its own signature
+    s = run_sizes(grad, lambda n: (torch.randint(0, 20, (2, n)), torch.randn(20, cols), torch.randn(2, n, cols)))
+    assert s["compiles_by_op"]["embedding_dense_backward"] == 2, s["compiles_by_op"]
+    assert s["dynamic_compiles_by_op"]["embedding_dense_backward"] == 1, s
+
+
 @pytest.mark.parametrize("dim", [0, 1])
 def test_sum_mean_amax_along_the_dynamic_dim_and_the_other(dim):
     x_of = lambda n: (torch.randn(n, 24) - 3,)  # noqa: E731
