@@ -156,6 +156,13 @@ def test_generate_left_padded_batches(llama):
     assert compiles == 0, by_op
 
 
+def static_generate(model, ids, new_tokens=6, **kw):
+    """Greedy generate() with a StaticCache (its decode step compiled unless disable_compile)."""
+    with torch.no_grad():
+        return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                              do_sample=False, cache_implementation="static", **kw)
+
+
 def test_static_cache_generate_compiles_no_op(llama):
     # StaticCache sizes its cache per prompt (prompt + new tokens, rounded up
     # to a size bucket on tpu: torch_tpu.hf): the cache update (index_copy_)
@@ -163,17 +170,12 @@ def test_static_cache_generate_compiles_no_op(llama):
     # (arange) are uploaded.
     cpu, dev = llama
 
-    def static(model, ids):
-        with torch.no_grad():
-            return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6,
-                                  do_sample=False, cache_implementation="static")
-
     for n in (33, 34, 35):
         ids = prompt(1, n, seed=n)[0]
         debug.reset_stats()
-        got = static(dev, ids.to("tpu")).cpu()
+        got = static_generate(dev, ids.to("tpu")).cpu()
         stats = debug.stats()
-        assert torch.equal(got, static(cpu, ids)), n
+        assert torch.equal(got, static_generate(cpu, ids)), n
         if n == 35:  # inside the warm buckets (prompt 36, cache 40)
             assert stats["compiles_by_op"] == {}, stats["compiles_by_op"]
             assert stats["dynamic_compiles_by_op"] == {}, stats["dynamic_compiles_by_op"]
@@ -190,18 +192,13 @@ def test_static_cache_compiled_decode_new_prompt_lengths_compile_nothing(llama):
     cpu, dev = llama
     dev.__dict__.pop("_previous_max_cache_length", None)  # earlier tests' caches
 
-    def static(model, ids):
-        with torch.no_grad():
-            return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6,
-                                  do_sample=False, cache_implementation="static")
-
     for n in (49, 50, 51):
         ids = prompt(1, n, seed=n)[0]
         debug.reset_stats()
         tpu_compile.reset_stats()
-        got = static(dev, ids.to("tpu")).cpu()
+        got = static_generate(dev, ids.to("tpu")).cpu()
         graphs, compiles = tpu_compile.stats()["graphs"], debug.stats()["compiles_by_op"]
-        assert torch.equal(got, static(cpu, ids)), n
+        assert torch.equal(got, static_generate(cpu, ids)), n
         assert dev._previous_max_cache_length == 56, (n, dev._previous_max_cache_length)
         if n == 49:
             assert graphs == 1  # the decode step, once for the bucket
@@ -216,15 +213,11 @@ def test_static_cache_length_is_exact_with_exact_shapes(llama):
     ids = prompt(1, 21, seed=3)[0]
     for model, x in ((cpu, ids), (dev, ids.to("tpu"))):
         model.__dict__.pop("_previous_max_cache_length", None)
-        with torch_tpu.dynamic.dynamic_shapes("0"), torch.no_grad():
-            model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=3, do_sample=False,
-                           cache_implementation="static", disable_compile=True)
+        with torch_tpu.dynamic.dynamic_shapes("0"):
+            static_generate(model, x, new_tokens=3, disable_compile=True)
         assert model._previous_max_cache_length == 21 + 3 - 1
     dev.__dict__.pop("_previous_max_cache_length", None)
-    with torch.no_grad():
-        x = ids.to("tpu")
-        dev.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=3, do_sample=False,
-                     cache_implementation="static", disable_compile=True)
+    static_generate(dev, ids.to("tpu"), new_tokens=3, disable_compile=True)
     assert dev._previous_max_cache_length == 24  # 23 -> its bucket
 
 
