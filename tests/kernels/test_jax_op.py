@@ -101,10 +101,13 @@ def test_tuple_outputs_views_and_one_compile_per_signature():
     ref_h = np.tanh(xn @ wn)
     np.testing.assert_allclose(_np(h), ref_h, **TOL)
     np.testing.assert_allclose(_np(s), ref_h.sum(-1), **TOL)
-    after_first = _stats()["compiles"]
-    for _ in range(3):  # same signature: no new compile
-        pair(x + 1, w_t)
-    assert _stats()["compiles"] - after_first <= 1  # (x + 1 itself)
+    # New values, uploaded (x + k on the device could run as a bounded-dynamic
+    # op after other tests and hand jax_op a padded storage: another module).
+    xs = [torch.tensor(xn + k, device="tpu") for k in range(1, 4)]
+    after_first, by_op = _stats()["compiles"], _stats()["compiles_by_op"]
+    for xk in xs:  # same signature: no new compile
+        pair(xk, w_t)
+    assert _stats()["compiles"] == after_first, (by_op, _stats()["compiles_by_op"])
     assert after_first > before
     assert _stats()["disk_misses"] > 0  # compiled through the disk tier (written for next time)
     h8, _ = pair(torch.tensor(xn[:4], device="tpu"), w_t)  # a new signature compiles
