@@ -989,9 +989,7 @@ DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const 
     dc.out_buffer.push_back(buffer);
   }
   std::string text = BuildDynamicModule(call, lay, bucket_specs, dc);
-  bool compiled = false;
-  dc.exe = GetRuntime().GetOrCompile(key, call.plan.device, [&] { return text; }, &compiled);
-  if (compiled) CountCompile(call.desc->name, true);
+  dc.exe = GetOrCompileCounted(key, call.plan.device, [&] { return text; }, call.desc->name, true);
   CountDynamicExecutable();
   return &(State().executables[key] = std::move(dc));
 }
@@ -1111,6 +1109,14 @@ void CountCompile(const std::string& op, bool dynamic) {
   ++c.compiles_by_op[op];
   if (dynamic) ++c.dynamic_compiles_by_op[op];
   else ++c.exact_reasons[op][g_dynamic_active ? t_exact_reason : "dynamic shapes off (TORCH_TPU_DYNAMIC_SHAPES=0)"];
+}
+pjrt::ExecutablePtr GetOrCompileCounted(const std::string& key, int device,
+                                        const std::function<std::string()>& build, const std::string& op,
+                                        bool dynamic) {
+  bool compiled = false;
+  pjrt::ExecutablePtr exe = GetRuntime().GetOrCompile(key, device, build, &compiled);
+  if (compiled) CountCompile(op, dynamic);
+  return exe;
 }
 void CountDynamicExecutable() { ++Counters().executables; }
 void CountDynamicHit() {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -31,6 +32,11 @@ struct DynamicCounters {
 
 // Counts one strict-eager compile of `op` (`dynamic`: a bounded-dynamic one).
 void CountCompile(const std::string& op, bool dynamic = false);
+// Runtime::GetOrCompile(), counting a compile of `op` (CountCompile) when XLA
+// compiled it in this call (not a cache hit).
+pjrt::ExecutablePtr GetOrCompileCounted(const std::string& key, int device,
+                                        const std::function<std::string()>& build, const std::string& op,
+                                        bool dynamic = false);
 // Counts a bounded-dynamic executable compiled (or loaded), and a call that reused one.
 void CountDynamicExecutable();
 void CountDynamicHit();

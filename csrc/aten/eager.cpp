@@ -75,10 +75,8 @@ const Compiled& CompiledFor(const Call& call, Compiled* hit) {
     return *hit;
   }
   std::vector<std::string> checks;
-  bool compiled = false;
-  auto exe = rt.GetOrCompile(call.plan.key, call.plan.device,
-                             [&] { return BuildModule(call, &checks); }, &compiled);
-  if (compiled) CountCompile(call.desc->name);  // dynamic.h
+  auto exe = GetOrCompileCounted(call.plan.key, call.plan.device,
+                                 [&] { return BuildModule(call, &checks); }, call.desc->name);  // dynamic.h
   return Executables()[call.plan.key] = Compiled{exe, call.cached(), checks};
 }
 

@@ -103,9 +103,8 @@ pjrt::Executable* RowsExecutable(const Call& call, int input, int64_t rows) {
   } catch (const lowering::Unsupported&) {
     return nullptr;
   }
-  bool compiled = false;
-  pjrt::ExecutablePtr exe = GetRuntime().GetOrCompile(key, call.plan.device, [&] { return text; }, &compiled);
-  if (compiled) CountCompile(call.desc->name, true);
+  pjrt::ExecutablePtr exe =
+      GetOrCompileCounted(key, call.plan.device, [&] { return text; }, call.desc->name, true);
   CountDynamicExecutable();
   return (cache[key] = exe).get();
 }

@@ -239,12 +239,8 @@ std::vector<int64_t> Range(int64_t n) {
 }
 
 std::vector<int64_t> ReduceDims(const std::vector<int64_t>& dims, int64_t rank) {
+  if (dims.empty()) return Range(rank);
   std::vector<int64_t> out;
-  if (dims.empty()) {
-    out.resize(rank);
-    std::iota(out.begin(), out.end(), 0);
-    return out;
-  }
   for (int64_t d : dims) out.push_back(rank == 0 ? 0 : WrapDim(d, rank));
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
