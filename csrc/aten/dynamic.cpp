@@ -31,12 +31,14 @@
 // a table cut to the sequence length, a KV cache whose buffer is larger than
 // the reader's bucket.
 //
-// What runs dynamic: the functional ops of DynamicOps() (elementwise,
-// reductions, softmax, matmul, clone, cat, embedding and its backward,
-// masked_fill, cumsum, isin, attention in its sequence dims)
-// whose outputs are dense, and in-place writes of whole storages (fills,
-// copies, elementwise updates: the result becomes the storage's padded
-// buffer; a fill's or copy's destination is never laid out first). Calls of a signature
+// What runs dynamic: the rules marked Dynamic() in the lowering table
+// (RuleEntry::dynamic: elementwise, reductions, softmax, matmul, clone, cat,
+// embedding and its backward, masked_fill, cumsum, isin, norms, attention in
+// its sequence dims; a rule states which dims it keeps static), in their
+// functional form when the outputs are dense, and in their in-place forms on
+// whole storages (fills, copies, elementwise updates: the result becomes the
+// storage's padded buffer; a fill's or copy's destination is never laid out
+// first). Calls of a signature
 // from different places keep separate size variants (a head count never turns
 // dynamic because a sequence length did); parameters never turn dynamic.
 // Everything else (out= variants, in-place writes to part of a storage,
@@ -127,59 +129,6 @@ DynamicHints& MutableHints(const at::Tensor& t) {
   g_any_hints = true;
   UpdateActive();
   return *raw;
-}
-
-// The op families of the first slice: rules the dynamic padder needs no
-// help with (elementwise, reductions, softmax, matmul).
-const std::unordered_set<std::string>& DynamicOps() {
-  static const std::unordered_set<std::string> ops = {
-      // unary
-      "abs", "neg", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tanh",
-      "sigmoid", "relu", "gelu", "silu", "erf", "reciprocal", "sign", "floor", "ceil", "round",
-      "pow.Tensor_Scalar", "leaky_relu", "hardtanh", "elu", "softplus", "clamp",
-      // binary (broadcasting)
-      "add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "div.Tensor_mode", "maximum",
-      "minimum", "pow.Tensor_Tensor", "where.self", "eq.Tensor", "ne.Tensor", "lt.Tensor",
-      "le.Tensor", "gt.Tensor", "ge.Tensor", "eq.Scalar", "ne.Scalar", "lt.Scalar", "le.Scalar",
-      "gt.Scalar", "ge.Scalar", "add.Scalar", "sub.Scalar", "mul.Scalar", "div.Scalar",
-      // reductions
-      "sum", "sum.dim_IntList", "mean", "mean.dim", "amax", "amin", "prod", "prod.dim_int",
-      // softmax
-      "_softmax", "_log_softmax",
-      // matmul / linear
-      "mm", "bmm", "addmm", "matmul", "linear",
-      // copies, joins, lookups, masks, scans
-      "clone", "cat", "embedding", "masked_fill.Scalar", "cumsum", "all", "any", "all.dim", "any.dim",
-      // logic and arg-reductions (generate()'s stopping bookkeeping per sequence)
-      "argmax", "argmin", "max", "min", "bitwise_and.Tensor", "bitwise_or.Tensor", "bitwise_xor.Tensor",
-      "bitwise_not", "logical_not", "logical_and", "logical_or", "isin.Tensor_Tensor", "isin.Tensor_Scalar",
-      // attention, in its batch and sequence dims only (OpStaticDims)
-      "_scaled_dot_product_efficient_attention",
-      // in-place writes of whole storages (WholeDestinations): fills, copies
-      // (tensor.to(dtype), an attention mask's ones), elementwise updates
-      "fill_.Scalar", "fill_.Tensor", "zero_", "copy_convert", "add_.Tensor", "sub_.Tensor",
-      "mul_.Tensor", "div_.Tensor", "add_.Scalar", "sub_.Scalar", "mul_.Scalar", "div_.Scalar",
-      "masked_fill_.Scalar", "clamp_",
-      // training: elementwise backward, softmax backward, losses, layer norm
-      // (OpStaticDims keeps the dims they count static)
-      "gelu_backward", "silu_backward", "threshold_backward", "tanh_backward", "sigmoid_backward",
-      "_softmax_backward_data", "_log_softmax_backward_data", "nll_loss_forward", "nll_loss_backward",
-      "native_layer_norm", "native_layer_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward",
-      // a static KV cache's update: rows of a padded source into an exact cache
-      "index_copy", "index_copy_",
-      // an embedding's gradient: padded rows scattered into the exact table
-      "embedding_dense_backward",
-  };
-  return ops;
-}
-
-
-// Ops whose integer form stays exact: XLA lowers an integer pow to a chain of
-// squarings and selects, and its algebraic simplifier's sign analysis of that
-// chain grows exponentially once the dynamic padder's masks join it (an int64
-// pow of 812 elements did not compile in 6 minutes).
-bool ExactForIntegers(const std::string& name) {
-  return name == "pow.Tensor_Scalar" || name == "pow.Tensor_Tensor";
 }
 
 constexpr int64_t kSmallBucket = 16;
@@ -350,7 +299,8 @@ bool Eligible(const Call& call) {
   if (call.desc->variant == Variant::InPlace && !WholeDestinations(call))
     return Refuse("in-place write to part of a storage");
   if (plan.inputs.empty()) return Refuse("no tensor inputs");
-  if (!DynamicOps().count(call.desc->name)) return Refuse("not a dynamic-shape op");
+  if (!call.desc->rule || !call.desc->rule->dynamic.enabled) return Refuse("not a dynamic-shape op");
+  const lowering::DynamicShapes& rule = call.desc->rule->dynamic;
   if (plan.geometry_spans.size() != plan.inputs.size()) return Refuse("inputs without a geometry");
   for (const auto& q : plan.params)
     if (q.kind == Param::Kind::Rng && DrawsRandomBits(call)) return Refuse("draws random numbers");
@@ -362,10 +312,9 @@ bool Eligible(const Call& call) {
   }
   for (bool u : call.undefined_outputs)
     if (u) return Refuse("an undefined output");
-  const bool integer_exact = ExactForIntegers(call.desc->name);
   for (const auto& s : call.specs) {
     if (!StorageOrder(s.sizes, s.strides)) return Refuse("an output with gaps or overlaps");
-    if (integer_exact && !at::isFloatingType(s.dtype)) return Refuse("integer pow");
+    if (rule.integers_exact && !at::isFloatingType(s.dtype)) return Refuse("integer dtypes run exact shapes");
   }
   return true;
 }
@@ -451,90 +400,23 @@ std::vector<bool> ParameterInputs(const Plan& plan, const std::vector<c10::IValu
   return fixed;
 }
 
-// Attention runs dynamic in its batch and sequence dims only: a padded head
-// count would change grouped-query attention's grouping, a padded head dim
-// the default scale 1/sqrt(E). q, k, v: [b, h, s, E] (dims 0 and -2); the
-// mask: its first and last two dims (padded batch rows are independent).
-// Training keeps exact shapes: the saved logsumexp's rows are rounded up to a
-// multiple of 32, a size that does not follow the sequence length.
-bool AttentionDims(const Call& call, const std::vector<c10::IValue>& args, CallHints* hints) {
-  if (args.size() > 4 && args[4].isBool() && args[4].toBool())
-    return Refuse("attention that saves its logsumexp for backward");
-  for (size_t a = 0; a < 4 && a < call.plan.args.size(); ++a) {
+// The dims the rule counts with a static size (RuleEntry::dynamic's
+// static_dims) stay static, in every input that carries them: a static dim
+// broadcast against a padded one would read the padding as elements. False
+// (with the rule's reason) when the call runs exact shapes.
+bool RuleStaticDims(const Call& call, CallHints* hints) {
+  const lowering::StaticDimsRule& rule = call.desc->rule->dynamic.static_dims;
+  if (!rule) return true;
+  const std::vector<Arg> abstract = AbstractArgs(call.plan);
+  lowering::StaticDims dims(abstract);
+  rule(abstract, dims);
+  if (dims.exact()) return Refuse(dims.exact());
+  for (const auto& [a, d] : dims.dims()) {
+    if (a >= call.plan.args.size()) continue;
     const ArgPlan& ap = call.plan.args[a];
     if (ap.kind != Arg::Kind::Tensor || ap.tensors.empty() || ap.tensors[0] < 0) continue;
-    auto& dims = (*hints)[ap.tensors[0]];
-    const size_t rank = dims.size();
-    for (size_t d = 0; d < rank; ++d) {
-      bool sequence = d + 2 == rank || (a == 3 && d + 1 == rank) || (d == 0 && rank == 4);
-      if (!sequence) dims[d] = DimHint{false, -1, -1};
-    }
-  }
-  return true;
-}
-
-// Marks dim d of schema arg `a`'s tensor static.
-void StaticDim(const Call& call, size_t a, CallHints* hints, size_t d) {
-  if (a >= call.plan.args.size()) return;
-  const ArgPlan& ap = call.plan.args[a];
-  if (ap.kind != Arg::Kind::Tensor || ap.tensors.empty() || ap.tensors[0] < 0) return;
-  auto& dims = (*hints)[ap.tensors[0]];
-  if (d < dims.size()) dims[d] = DimHint{false, -1, -1};
-}
-
-// Marks dims [from, rank) of schema arg `a`'s tensor static (all of them by
-// default; `last`: only its last `last` dims).
-void StaticDims(const Call& call, size_t a, CallHints* hints, size_t from = 0,
-                std::optional<size_t> last = std::nullopt) {
-  if (a >= call.plan.args.size()) return;
-  const ArgPlan& ap = call.plan.args[a];
-  if (ap.kind != Arg::Kind::Tensor || ap.tensors.empty() || ap.tensors[0] < 0) return;
-  auto& dims = (*hints)[ap.tensors[0]];
-  if (last) from = dims.size() > *last ? dims.size() - *last : 0;
-  for (size_t d = from; d < dims.size(); ++d) dims[d] = DimHint{false, -1, -1};
-}
-
-// Dims a rule counts with a static size stay static (the rest is masked by
-// XLA's padder), in every input that carries them: a static dim broadcast
-// against a padded one would read the padding as elements. Attention's head
-// dims (AttentionDims); layer norm's normalized dims (it divides by their
-// element count), in its input, gradient, weight and bias: two models'
-// hidden sizes under 2x apart made an unmarked weight's dim dynamic, and
-// layer norm gave wrong gradients after other tests (RMS norm alike);
-// nll_loss's classes (its
-// target range check), in self and the class weights.
-bool OpStaticDims(const Call& call, const std::vector<c10::IValue>& args, CallHints* hints) {
-  const std::string& name = call.desc->name;
-  if (name == "_scaled_dot_product_efficient_attention") return AttentionDims(call, args, hints);
-  auto normalized = [&](size_t arg) { return args.size() > arg ? args[arg].toIntVector().size() : size_t{0}; };
-  if (name == "native_layer_norm") {  // (input, normalized_shape, weight, bias, eps)
-    StaticDims(call, 0, hints, 0, normalized(1));
-    for (size_t a : {2, 3}) StaticDims(call, a, hints);
-  } else if (name == "native_layer_norm_backward") {  // (grad, input, shape, mean, rstd, weight, bias, mask)
-    for (size_t a : {0, 1}) StaticDims(call, a, hints, 0, normalized(2));
-    for (size_t a : {5, 6}) StaticDims(call, a, hints);
-  } else if (name == "_fused_rms_norm") {  // (input, normalized_shape, weight, eps)
-    StaticDims(call, 0, hints, 0, normalized(1));
-    StaticDims(call, 2, hints);
-  } else if (name == "_fused_rms_norm_backward") {  // (grad, input, shape, rstd, weight, mask)
-    for (size_t a : {0, 1}) StaticDims(call, a, hints, 0, normalized(2));
-    StaticDims(call, 4, hints);
-  } else if (name == "index_copy" || name == "index_copy_") {  // (self, dim, index, source)
-    // Rows are copied along `dim` only: the destination and the source keep
-    // their other dims static (a static cache sized per prompt, `dim` runs
-    // dynamic in both; the index check reads the destination's real size).
-    const int64_t rank = args.at(3).toTensor().dim();
-    const int64_t dim = rank == 0 ? 0 : c10::maybe_wrap_dim(args.at(1).toInt(), rank);
-    for (size_t a : {0, 3}) {
-      StaticDims(call, a, hints, static_cast<size_t>(dim) + 1);
-      for (int64_t d = 0; d < dim; ++d) StaticDim(call, a, hints, static_cast<size_t>(d));
-    }
-  } else if (name == "embedding_dense_backward") {  // (grad [S..., dim], indices [S...], ...)
-    StaticDims(call, 0, hints, 0, size_t{1});  // the embedding dim
-  } else if (name == "nll_loss_forward" || name == "nll_loss_backward") {
-    const size_t self = name == "nll_loss_forward" ? 0 : 1;
-    StaticDims(call, self, hints, args.at(self).toTensor().dim() >= 2 ? 1 : 0);  // [N, C] or [C]
-    StaticDims(call, self + 2, hints);  // the class weights [C]
+    auto& row = (*hints)[ap.tensors[0]];
+    if (d < row.size()) row[d] = DimHint{false, -1, -1};
   }
   return true;
 }
@@ -1168,7 +1050,7 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
     if (fixed[i])
       for (auto& h : hints[i])
         if (!h) h = DimHint{false, -1, -1};
-  if (!OpStaticDims(call, args, &hints)) return std::nullopt;
+  if (!RuleStaticDims(call, &hints)) return std::nullopt;
   t_exact_reason = "dynamic shapes off (TORCH_TPU_DYNAMIC_SHAPES=0)";
   if (mode == DynamicMode::Off && !hinted) return std::nullopt;
   DynamicState& state = State();

@@ -19,13 +19,6 @@ using hlo::Value;
 
 namespace {
 
-// The left operand of a row-wise product: mm's self, addmm's mat1.
-int RowsArg(const std::string& op) {
-  if (op == "mm") return 0;
-  if (op == "addmm") return 1;
-  return -1;
-}
-
 // How a whole [r, k] view folds a padded storage's dims: its first `dims`
 // dims hold the r rows (`buffer_rows` of them in the buffer), the others the
 // k unpadded elements of a row.
@@ -115,7 +108,7 @@ void ClearPaddedRowsExecutables() { Executables().clear(); }
 
 std::optional<std::vector<c10::IValue>> RunOnPaddedRows(const Call& call) {
   const Plan& plan = call.plan;
-  int arg = RowsArg(call.desc->name);
+  int arg = call.desc->rule ? call.desc->rule->dynamic.independent_rows_arg : -1;
   if (arg < 0 || call.desc->variant != Variant::Functional || call.specs.size() != 1) return std::nullopt;
   if (plan.geometry_spans.size() != plan.inputs.size()) return std::nullopt;
   const ArgPlan& ap = plan.args.at(static_cast<size_t>(arg));

@@ -231,6 +231,24 @@ std::vector<Value> AttentionBackward(Context& c, const std::vector<Arg>& a) {
   return result;
 }
 
+// Bounded dynamic shapes: batch and sequence dims only. A padded head count
+// would change grouped-query attention's grouping, a padded head dim the
+// default scale 1/sqrt(E). q, k, v: [b, h, s, E] (dims 0 and -2); the mask:
+// its first and last two dims (padded batch rows are independent). Training
+// keeps exact shapes: the saved logsumexp's rows are rounded up to a multiple
+// of 32, a size that does not follow the sequence length.
+void AttentionStaticDims(const std::vector<Arg>& a, StaticDims& s) {
+  if (a.size() > 4 && a[4].kind == K::Bool && a[4].i)
+    return s.Exact("attention that saves its logsumexp for backward");
+  for (size_t arg = 0; arg < 4; ++arg) {
+    const size_t rank = s.Rank(arg);
+    for (size_t d = 0; d < rank; ++d) {
+      bool sequence = d + 2 == rank || (arg == 3 && d + 1 == rank) || (d == 0 && rank == 4);
+      if (!sequence) s.Dim(arg, d);
+    }
+  }
+}
+
 const bool registered = [] {
   // Its only randomness is dropout: at dropout_p == 0 it draws nothing, as on
   // CPU and CUDA (the generator stays where it was).
@@ -238,7 +256,8 @@ const bool registered = [] {
                  [](const std::vector<Arg>& a, const std::vector<TensorType>& outputs) {
                    bool no_dropout = a.size() > 5 && a[5].kind == K::Double && a[5].d == 0.0;
                    return no_dropout ? uint64_t{0} : DrawPerOutputElement(a, outputs);
-                 });
+                 })
+      .Dynamic(AttentionStaticDims);
   Register("_scaled_dot_product_efficient_attention_backward", AttentionBackward);
   return true;
 }();

@@ -103,6 +103,20 @@ RuleEntry& Register(const std::string& name, Rule rule, std::vector<std::string>
   return *r.entries.back();
 }
 
+size_t StaticDims::Rank(size_t arg) const {
+  if (arg >= args_.size() || args_[arg].kind != Arg::Kind::Tensor) return 0;
+  return args_[arg].tensor.shape().size();
+}
+
+void StaticDims::From(size_t arg, size_t first) {
+  for (size_t d = first; d < Rank(arg); ++d) Dim(arg, d);
+}
+
+void StaticDims::Last(size_t arg, size_t n) {
+  size_t rank = Rank(arg);
+  From(arg, rank > n ? rank - n : 0);
+}
+
 uint64_t DrawPerOutputElement(const std::vector<Arg>&, const std::vector<TensorType>& outputs) {
   // The product of every output dim (one value per element of a one-output
   // op), plus one: the generator offsets eager mode has always used.

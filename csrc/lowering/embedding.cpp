@@ -105,7 +105,10 @@ std::vector<Value> EmbeddingRenorm(Context& c, const std::vector<Arg>& a) {
 }
 
 const bool registered = [] {
-  Register("embedding_dense_backward", EmbeddingBackward);
+  // Bounded dynamic shapes: grad [S..., dim] keeps its embedding dim static.
+  Register("embedding_dense_backward", EmbeddingBackward).Dynamic([](const std::vector<Arg>&, StaticDims& s) {
+    s.Last(0, 1);
+  });
   Register("embedding_renorm", EmbeddingRenorm);
   return true;
 }();

@@ -370,7 +370,16 @@ const bool registered = [] {
   Register("_unsafe_index_put", IndexPut);
   // index backward and index_put_ on some paths: the in-place form derives.
   Register("_index_put_impl", IndexPut);
-  Register("index_copy", IndexCopy);
+  // Bounded dynamic shapes (a static KV cache's update): rows are copied
+  // along `dim` only, so the destination and the source keep their other
+  // dims static (the index check reads the destination's real size).
+  Register("index_copy", IndexCopy).Dynamic([](const std::vector<Arg>& a, StaticDims& s) {
+    const size_t rank = s.Rank(3);  // (self, dim, index, source)
+    const size_t dim = rank == 0 ? 0 : static_cast<size_t>(WrapDim(a.at(1).i, static_cast<int64_t>(rank)));
+    for (size_t arg : {0, 3})
+      for (size_t d = 0; d < s.Rank(arg); ++d)
+        if (d != dim) s.Dim(arg, d);
+  });
   Register("masked_scatter", MaskedScatter);
   Register("nonzero_static", NonzeroStatic);
   return true;

@@ -100,9 +100,10 @@ Value Gelu(Builder& b, Value x) {
 
 const bool registered = [] {
   // [n, k] x [k, m]
-  Register("mm", ProductRule({}, {}, {1}, {0}));
+  // Rows are independent in mm's self and addmm's mat1 (DynamicShapes).
+  Register("mm", ProductRule({}, {}, {1}, {0})).Dynamic().dynamic.independent_rows_arg = 0;
   // [b, n, k] x [b, k, m]
-  Register("bmm", ProductRule({0}, {0}, {2}, {1}));
+  Register("bmm", ProductRule({0}, {0}, {2}, {1})).Dynamic();
   // [k] x [k]
   Register("dot", ProductRule({}, {}, {0}, {0}));
   Register("vdot", ProductRule({}, {}, {0}, {0}));  // real dtypes: no conjugation
@@ -113,7 +114,7 @@ const bool registered = [] {
   Register("mm.dtype", ProductRule({}, {}, {1}, {0}));
   Register("bmm.dtype", ProductRule({0}, {0}, {2}, {1}));
 
-  Register("addmm", AddProductRule({}, {}, {1}, {0}));
+  Register("addmm", AddProductRule({}, {}, {1}, {0})).Dynamic().dynamic.independent_rows_arg = 1;
   Register("baddbmm", AddProductRule({0}, {0}, {2}, {1}));
   // sum over the batch: contract batch and k together.
   Register("addbmm", AddProductRule({}, {}, {0, 2}, {0, 1}));

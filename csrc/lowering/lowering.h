@@ -95,6 +95,49 @@ using OutputTypes = std::function<std::vector<TensorType>(const std::vector<Arg>
 // How many random values one call draws (its generator advances by that).
 using Draws = std::function<uint64_t(const std::vector<Arg>&, const std::vector<TensorType>&)>;
 
+// Bounded dynamic shapes (strict eager, csrc/aten/dynamic.cpp): the dims of
+// one call's tensor args that must keep their exact size when the call runs
+// on a bounded-dynamic executable (the dims a rule counts with a static
+// size: a norm's normalized dims, attention's head dims), by schema arg, or
+// why the call runs exact shapes altogether.
+class StaticDims {
+ public:
+  explicit StaticDims(const std::vector<Arg>& args) : args_(args) {}
+  // The rank of schema arg `arg` (0 unless a tensor).
+  size_t Rank(size_t arg) const;
+  void Dim(size_t arg, size_t d) { dims_.push_back({arg, d}); }
+  void From(size_t arg, size_t first);  // dims [first, rank)
+  void All(size_t arg) { From(arg, 0); }
+  void Last(size_t arg, size_t n);  // its last n dims (all when n >= rank)
+  // This call runs exact shapes; `why` is a string literal (debug.report()).
+  void Exact(const char* why) { exact_ = why; }
+  const std::vector<std::pair<size_t, size_t>>& dims() const { return dims_; }
+  const char* exact() const { return exact_; }
+
+ private:
+  const std::vector<Arg>& args_;
+  std::vector<std::pair<size_t, size_t>> dims_;
+  const char* exact_ = nullptr;
+};
+using StaticDimsRule = std::function<void(const std::vector<Arg>&, StaticDims&)>;
+
+// Whether a rule may run bounded-dynamic: it stays correct when dims of its
+// inputs are bounded-dynamic (XLA's dynamic padder masks its reductions and
+// contractions), in its functional form and in its in-place forms on whole
+// storages (out= forms run exact shapes).
+struct DynamicShapes {
+  bool enabled = false;
+  // Integer dtypes run exact shapes (integer pow: XLA's simplifier does not
+  // finish on the padded chain of squarings).
+  bool integers_exact = false;
+  // The dims it counts with a static size (empty: none).
+  StaticDimsRule static_dims;
+  // The schema arg whose rows the op treats independently (mm's self):
+  // on a view that folds a storage padded in two dims into rows, the op runs
+  // on all the buffer's rows (csrc/aten/padded_rows.cpp). -1: none.
+  int independent_rows_arg = -1;
+};
+
 // One entry of the table: the rule and what the dispatcher must know about
 // its op. Registration returns the entry so a rule file states it in place:
 //   Register("native_batch_norm", Rule).extra_mutated_args = {3, 4};
@@ -130,6 +173,13 @@ struct RuleEntry {
   // args named in runtime_float_args when that list is not empty.
   bool runtime_floats = false;
   std::vector<std::string> runtime_float_args;
+  // Bounded dynamic shapes (see DynamicShapes); Dynamic() turns them on.
+  DynamicShapes dynamic;
+  RuleEntry& Dynamic(StaticDimsRule static_dims = {}) {
+    dynamic.enabled = true;
+    dynamic.static_dims = std::move(static_dims);
+    return *this;
+  }
   bool IsRuntimeFloat(const std::string& arg) const {
     if (!runtime_floats) return false;
     if (runtime_float_args.empty()) return true;

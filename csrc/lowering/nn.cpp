@@ -131,7 +131,7 @@ const bool registered = [] {
     Value th = As(c.b, a[2], ct, out.shape);
     Value r = c.b.Select(c.b.Compare("LE", x, th), c.b.Splat(ct, 0, out.shape), g);
     return std::vector<Value>{c.b.Convert(r, out.dtype)};
-  });
+  }).Dynamic();
   Register("tanh_backward", [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = c.outputs.at(0);
     ElementType ct = ComputeType(out.dtype);
@@ -139,7 +139,7 @@ const bool registered = [] {
     Value r = c.b.Binary("multiply", g,
                          c.b.Binary("subtract", Splat(c.b, y, 1), c.b.Binary("multiply", y, y)));
     return std::vector<Value>{c.b.Convert(r, out.dtype)};
-  });
+  }).Dynamic();
   Register("sigmoid_backward", [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = c.outputs.at(0);
     ElementType ct = ComputeType(out.dtype);
@@ -147,9 +147,17 @@ const bool registered = [] {
     Value r = c.b.Binary("multiply", g,
                          c.b.Binary("multiply", y, c.b.Binary("subtract", Splat(c.b, y, 1), y)));
     return std::vector<Value>{c.b.Convert(r, out.dtype)};
-  });
-  Register("nll_loss_forward", NllForward);
-  Register("nll_loss_backward", NllBackward);
+  }).Dynamic();
+  // Bounded dynamic shapes: the classes stay static (the target range check),
+  // in self ([N, C] or [C]) and in the class weights.
+  auto classes_static = [](size_t self) {
+    return [self](const std::vector<Arg>&, StaticDims& s) {
+      s.From(self, s.Rank(self) >= 2 ? 1 : 0);
+      s.All(self + 2);
+    };
+  };
+  Register("nll_loss_forward", NllForward).Dynamic(classes_static(0));  // (self, target, weight, ...)
+  Register("nll_loss_backward", NllBackward).Dynamic(classes_static(1));  // (grad, self, target, weight, ...)
   Register("nll_loss2d_forward", NllForward);
   Register("nll_loss2d_backward", NllBackward);
   // mse_loss(self, target, int reduction=Mean)

@@ -421,8 +421,22 @@ std::vector<TensorType> LayerNormTypes(const std::vector<Arg>& a) {
 }
 
 const bool registered = [] {
-  Register("native_layer_norm", LayerNorm).output_types = LayerNormTypes;
-  Register("native_layer_norm_backward", LayerNormBackward);
+  // Bounded dynamic shapes: the normalized dims stay static (it divides by
+  // their element count), in the input, the gradient, the weight and the bias.
+  Register("native_layer_norm", LayerNorm)
+      .Dynamic([](const std::vector<Arg>& a, StaticDims& s) {  // (input, shape, weight, bias, eps)
+        s.Last(0, a.at(1).ints.size());
+        s.All(2);
+        s.All(3);
+      })
+      .output_types = LayerNormTypes;
+  Register("native_layer_norm_backward", LayerNormBackward)
+      .Dynamic([](const std::vector<Arg>& a, StaticDims& s) {  // (grad, input, shape, mean, rstd, weight, bias, mask)
+        s.Last(0, a.at(2).ints.size());
+        s.Last(1, a.at(2).ints.size());
+        s.All(5);
+        s.All(6);
+      });
   Register("native_group_norm", GroupNorm);
   Register("native_group_norm_backward", GroupNormBackward);
 
@@ -493,8 +507,15 @@ const bool registered = [] {
     return BatchNormBackward(c, {a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9]});
   });
 
-  Register("_fused_rms_norm", RmsNorm);
-  Register("_fused_rms_norm_backward", RmsNormBackward);
+  Register("_fused_rms_norm", RmsNorm).Dynamic([](const std::vector<Arg>& a, StaticDims& s) {
+    s.Last(0, a.at(1).ints.size());  // (input, shape, weight, eps)
+    s.All(2);
+  });
+  Register("_fused_rms_norm_backward", RmsNormBackward).Dynamic([](const std::vector<Arg>& a, StaticDims& s) {
+    s.Last(0, a.at(2).ints.size());  // (grad, input, shape, rstd, weight, mask)
+    s.Last(1, a.at(2).ints.size());
+    s.All(4);
+  });
   return true;
 }();
 

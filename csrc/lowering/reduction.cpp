@@ -410,40 +410,40 @@ Rule CumulativeRule(bool product) {
 
 const bool registered = [] {
   // Out= variants take the functional's arguments first, then the outputs.
-  Register("sum", SumRule(-1, false), {"sum.out"});
-  Register("sum.dim_IntList", SumRule(1, false), {"sum.IntList_out"});
-  Register("mean", SumRule(-1, true), {"mean.dtype_out"});
-  Register("mean.dim", SumRule(1, true), {"mean.out"});
-  Register("prod", ProdRule(-1), {"prod.out"});
+  Register("sum", SumRule(-1, false), {"sum.out"}).Dynamic();
+  Register("sum.dim_IntList", SumRule(1, false), {"sum.IntList_out"}).Dynamic();
+  Register("mean", SumRule(-1, true), {"mean.dtype_out"}).Dynamic();
+  Register("mean.dim", SumRule(1, true), {"mean.out"}).Dynamic();
+  Register("prod", ProdRule(-1), {"prod.out"}).Dynamic();
   Register("nansum", NanSumRule);
-  Register("prod.dim_int", ProdRule(1), {"prod.int_out"});
-  Register("amax", ExtremeRule(1, true), {"amax.out"});
-  Register("amin", ExtremeRule(1, false), {"amin.out"});
-  Register("max", ExtremeRule(-1, true), {"max.unary_out"});
-  Register("min", ExtremeRule(-1, false), {"min.unary_out"});
+  Register("prod.dim_int", ProdRule(1), {"prod.int_out"}).Dynamic();
+  Register("amax", ExtremeRule(1, true), {"amax.out"}).Dynamic();
+  Register("amin", ExtremeRule(1, false), {"amin.out"}).Dynamic();
+  Register("max", ExtremeRule(-1, true), {"max.unary_out"}).Dynamic();
+  Register("min", ExtremeRule(-1, false), {"min.unary_out"}).Dynamic();
   Register("max.dim", ExtremeDimRule(true), {"max.dim_max"});
   Register("min.dim", ExtremeDimRule(false), {"min.dim_min"});
-  Register("argmax", ArgRule(true), {"argmax.out"});
-  Register("argmin", ArgRule(false), {"argmin.out"});
+  Register("argmax", ArgRule(true), {"argmax.out"}).Dynamic();
+  Register("argmin", ArgRule(false), {"argmin.out"}).Dynamic();
   Register("var.correction", VarRule(false, false), {"var.correction_out"});
   Register("std.correction", VarRule(true, false), {"std.correction_out"});
   Register("var_mean.correction", VarRule(false, true), {"var_mean.correction_out"});
   Register("std_mean.correction", VarRule(true, true), {"std_mean.correction_out"});
-  Register("any", AnyAllRule(-1, true), {"any.all_out"});
-  Register("any.dim", AnyAllRule(1, true), {"any.out"});
+  Register("any", AnyAllRule(-1, true), {"any.all_out"}).Dynamic();
+  Register("any.dim", AnyAllRule(1, true), {"any.out"}).Dynamic();
   Register("any.dims", AnyAllRule(1, true), {"any.dims_out"});
-  Register("all", AnyAllRule(-1, false), {"all.all_out"});
-  Register("all.dim", AnyAllRule(1, false), {"all.out"});
+  Register("all", AnyAllRule(-1, false), {"all.all_out"}).Dynamic();
+  Register("all.dim", AnyAllRule(1, false), {"all.out"}).Dynamic();
   Register("all.dims", AnyAllRule(1, false), {"all.dims_out"});
   Register("logsumexp", LogSumExp, {"logsumexp.out"});
-  Register("_softmax", SoftmaxRule(false), {"_softmax.out"});
-  Register("_log_softmax", SoftmaxRule(true), {"_log_softmax.out"});
+  Register("_softmax", SoftmaxRule(false), {"_softmax.out"}).Dynamic();
+  Register("_log_softmax", SoftmaxRule(true), {"_log_softmax.out"}).Dynamic();
   Register("_softmax_backward_data", SoftmaxBackwardRule(false),
-           {"_softmax_backward_data.out"});
+           {"_softmax_backward_data.out"}).Dynamic();
   Register("_log_softmax_backward_data", SoftmaxBackwardRule(true),
-           {"_log_softmax_backward_data.out"});
+           {"_log_softmax_backward_data.out"}).Dynamic();
   Register("linalg_vector_norm", VectorNorm, {"linalg_vector_norm.out"});
-  Register("cumsum", CumulativeRule(false), {"cumsum.out", "cumsum_"});
+  Register("cumsum", CumulativeRule(false), {"cumsum.out", "cumsum_"}).Dynamic();
   Register("cumprod", CumulativeRule(true), {"cumprod.out", "cumprod_"});
   return true;
 }();

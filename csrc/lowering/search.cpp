@@ -118,8 +118,8 @@ const bool registered = [] {
   Register("searchsorted.Scalar", SearchSortedRule);
   Register("bucketize.Tensor", BucketizeRule);
   Register("bucketize.Scalar", BucketizeRule);
-  Register("isin.Tensor_Tensor", IsInRule);
-  Register("isin.Tensor_Scalar", IsInRule);
+  Register("isin.Tensor_Tensor", IsInRule).Dynamic();
+  Register("isin.Tensor_Scalar", IsInRule).Dynamic();
   Register("isin.Scalar_Tensor", IsInRule);
   return true;
 }();

@@ -1,0 +1,82 @@
+// What the rule table states about bounded dynamic shapes (RuleEntry::dynamic):
+// which rules may run bounded, and the dims each keeps static for a call.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <utility>
+
+#include "lowering/lowering.h"
+
+namespace torch_tpu::lowering {
+namespace {
+
+Arg TensorOf(std::vector<int64_t> shape) {
+  Arg a;
+  a.kind = Arg::Kind::Tensor;
+  a.tensor.type = TensorType{ElementType::F32, std::move(shape)};
+  return a;
+}
+
+Arg Literal(Arg::Kind kind, int64_t i = 0, std::vector<int64_t> ints = {}) {
+  Arg a;
+  a.kind = kind;
+  a.i = i;
+  a.ints = std::move(ints);
+  return a;
+}
+
+// The (arg, dim) pairs rule `name` keeps static for `args`, and its reason to
+// run exact shapes (nullptr: none).
+std::pair<std::set<std::pair<size_t, size_t>>, const char*> StaticOf(const std::string& name,
+                                                                     const std::vector<Arg>& args) {
+  const RuleEntry* e = Find(name);
+  EXPECT_TRUE(e && e->dynamic.enabled) << name;
+  StaticDims dims(args);
+  if (e && e->dynamic.static_dims) e->dynamic.static_dims(args, dims);
+  return {{dims.dims().begin(), dims.dims().end()}, dims.exact()};
+}
+
+TEST(DynamicShapes, ElementwiseAndProductsAreDynamicWithNoStaticDims) {
+  for (const char* name : {"add.Tensor", "exp", "relu", "sum.dim_IntList", "mm", "bmm", "_softmax"}) {
+    const RuleEntry* e = Find(name);
+    ASSERT_TRUE(e) << name;
+    EXPECT_TRUE(e->dynamic.enabled) << name;
+    EXPECT_FALSE(e->dynamic.static_dims) << name;
+  }
+  EXPECT_EQ(Find("mm")->dynamic.independent_rows_arg, 0);
+  EXPECT_EQ(Find("addmm")->dynamic.independent_rows_arg, 1);
+  EXPECT_TRUE(Find("pow.Tensor_Scalar")->dynamic.integers_exact);
+  EXPECT_FALSE(Find("convolution")->dynamic.enabled);
+  EXPECT_FALSE(Find("native_batch_norm")->dynamic.enabled);
+}
+
+TEST(DynamicShapes, LayerNormKeepsItsNormalizedDimsStatic) {
+  // native_layer_norm(input [b, s, h], normalized_shape [h], weight [h], bias [h], eps)
+  auto [dims, exact] = StaticOf("native_layer_norm", {TensorOf({2, 5, 8}), Literal(Arg::Kind::IntList, 0, {8}),
+                                                       TensorOf({8}), TensorOf({8}), Literal(Arg::Kind::Double)});
+  EXPECT_EQ(exact, nullptr);
+  EXPECT_EQ(dims, (std::set<std::pair<size_t, size_t>>{{0, 2}, {2, 0}, {3, 0}}));
+}
+
+TEST(DynamicShapes, AttentionKeepsHeadsStaticAndTrainingExact) {
+  // (query, key, value [b, h, s, E], attn_bias [b, h, L, S], compute_log_sumexp, ...)
+  std::vector<Arg> args = {TensorOf({1, 4, 9, 16}), TensorOf({1, 2, 9, 16}), TensorOf({1, 2, 9, 16}),
+                           TensorOf({1, 1, 9, 9}), Literal(Arg::Kind::Bool, 0)};
+  auto [dims, exact] = StaticOf("_scaled_dot_product_efficient_attention", args);
+  EXPECT_EQ(exact, nullptr);
+  std::set<std::pair<size_t, size_t>> heads = {{0, 1}, {0, 3}, {1, 1}, {1, 3}, {2, 1}, {2, 3}, {3, 1}};
+  EXPECT_EQ(dims, heads);
+  args[4].i = 1;  // saves its logsumexp for backward
+  EXPECT_NE(StaticOf("_scaled_dot_product_efficient_attention", args).second, nullptr);
+}
+
+TEST(DynamicShapes, IndexCopyIsDynamicAlongItsDimOnly) {
+  // index_copy(self [b, S, h], dim -2, index [n], source [b, n, h])
+  auto [dims, exact] = StaticOf("index_copy", {TensorOf({2, 32, 8}), Literal(Arg::Kind::Int, -2),
+                                                TensorOf({3}), TensorOf({2, 3, 8})});
+  EXPECT_EQ(exact, nullptr);
+  EXPECT_EQ(dims, (std::set<std::pair<size_t, size_t>>{{0, 0}, {0, 2}, {3, 0}, {3, 2}}));
+}
+
+}  // namespace
+}  // namespace torch_tpu::lowering
