@@ -335,4 +335,10 @@ PYBIND11_MODULE(_C, m) {
     for (const auto* e : torch_tpu::lowering::AllRules()) names.push_back(e->name);
     return names;
   });
+  m.def("_dynamic_rules", [] {  // the rules marked Dynamic(): strict eager may run them bounded
+    std::vector<std::string> names;
+    for (const auto* e : torch_tpu::lowering::AllRules())
+      if (e->dynamic.enabled) names.push_back(e->name);
+    return names;
+  });
 }

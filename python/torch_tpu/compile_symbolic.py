@@ -4,7 +4,7 @@ one bounded-dynamic module per size bucket, not one per concrete shape.
 
 AOTAutograd traces the graph once, symbolically. At call time each symbol
 takes its value from the call's arguments (a SymInt input, or a tensor dim
-that is that symbol) and its *bucket* (strict eager's, ``_C._dynamic_bucket``:
+that is that symbol) and its *bucket* (strict eager's, ``torch_tpu.dynamic.bucket``:
 4, 8, 16, then 8 per octave: 18, 20, ..., 32, 36, ...). The module of a
 bucket key (one bucket per symbol) is built from the same FX graph with every
 symbolic dim at its bound (the expression evaluated at the buckets) and
@@ -37,6 +37,7 @@ import torch
 
 from . import _C
 from .compile_graph import NotBounded, _Compiled, _fallback, _lower, _unbox, _Unsupported
+from .dynamic import bucket
 
 _stats = {"bucketed_graphs": 0, "bucket_modules": 0, "exact_shape_graphs": 0, "exact_shape_modules": 0}
 _FALLBACKS: dict[str, int] = {}  # reason -> graphs that ran exact shapes for it
@@ -241,7 +242,7 @@ class Shapes:
 
 
 def bucket_of(values: tuple) -> tuple:
-    return tuple(int(_C._dynamic_bucket(v)) if v > 1 else v for v in values)
+    return tuple(bucket(int(v)) for v in values)
 
 
 def _dim_is_dynamic(t: torch.Tensor, dim: int) -> bool:

@@ -8,10 +8,13 @@ Modes (TORCH_TPU_DYNAMIC_SHAPES, or set_mode() at run time):
          octave: < 12.5% padding per dim above 16; a small size reuses the
          smallest warm small bucket that holds it);
   "1"    every dim of size > 1 dynamic from the first call (for measuring).
-Ops that run dynamic: elementwise, reductions, softmax, matmul, clone, cat,
-embedding and its backward, masked_fill, cumsum, isin (functional
-variants, also on views such as transposed heads and slices); everything
-else keeps exact shapes (debug.report() says why).
+Ops that run dynamic: the lowering rules marked dynamic (rules(): elementwise,
+reductions, softmax, matmul, clone, cat, embedding and its backward,
+masked_fill, cumsum, isin, norms, attention in its sequence dims), in their
+functional forms and in place on whole storages, also on views such as
+transposed heads and slices; everything else keeps exact shapes
+(debug.report() says why). bucket(n) is the size a dynamic dim of size n
+runs at.
 
 Hints, in every mode (and forwarded to torch._dynamo, so that the same call
 works for torch.compile): mark_dynamic(t, dim, min=None, max=None) makes a
@@ -40,6 +43,23 @@ def set_mode(value: str) -> None:
     if value not in ("0", "auto", "1"):
         raise ValueError(f"torch_tpu.dynamic.set_mode: mode must be '0', 'auto' or '1', got {value!r}")
     _C._set_dynamic_shapes(value)
+
+
+def bucket(n: int) -> int:
+    """The size a dynamic dim of size `n` is padded to: 4, 8 or 16 up to 16,
+    else `n` rounded up to a multiple of 2^(floor(log2 n) - 3) (8 buckets per
+    octave: 16, 18, ..., 30, 32, 36, ...); sizes 0 and 1 stay as they are."""
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"torch_tpu.dynamic.bucket: expected an int size, got {n!r}")
+    if n < 0:
+        raise ValueError(f"torch_tpu.dynamic.bucket: a size is >= 0, got {n}")
+    return n if n <= 1 else int(_C._dynamic_bucket(n))
+
+
+def rules() -> list[str]:
+    """The lowering rules strict eager may run bounded-dynamic (their in-place
+    forms too), sorted."""
+    return sorted(_C._dynamic_rules())
 
 
 def forget_sizes() -> None:

@@ -268,9 +268,11 @@ def _bucketed_cache_length(model: Any, length: int) -> int:
         return length
     from . import _C  # noqa: PLC0415 (the extension is loaded by then: the model is on "tpu")
 
-    if _C._dynamic_shapes() == "0" or length <= 1:
+    if _C._dynamic_shapes() == "0":
         return length
-    return max(length, int(_C._dynamic_bucket(length)))
+    from .dynamic import bucket  # noqa: PLC0415
+
+    return bucket(length)
 
 
 def _patch_generation_utils(module: Any) -> None:
