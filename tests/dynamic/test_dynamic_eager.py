@@ -249,3 +249,39 @@ def test_index_copy_checks_the_destinations_real_size():
         with pytest.raises(IndexError, match="index out of range for dimension 2"):
             dest.index_copy_(2, torch.tensor([9, 10], device="tpu"), src)
             torch.tpu.synchronize()
+
+
+@pytest.mark.parametrize("name", ["relu_", "exp_", "sigmoid_", "tanh_"])
+def test_in_place_forms_of_a_dynamic_rule_run_dynamic(name):
+    # The rule table marks relu, exp, ... dynamic (RuleEntry::Dynamic): their
+    # in-place forms on whole storages run bounded too, not just add_ & co.
+    def fn(x):
+        y = x * 1.0  # a storage of its own
+        getattr(y, name)()
+        return y
+
+    s = run_sizes(fn, lambda n: (torch.randn(n, 63),))
+    # The in-place op: its first size static, then one 16-bucket executable for the others.
+    assert s["compiles_by_op"].get(name) == 2, s["compiles_by_op"]
+    assert s["dynamic_exact_fallbacks"] == 0 and s["dynamic_hits"] >= 2, s
+
+
+def test_dynamic_rules_are_stated_by_the_rule_table():
+    rules = set(dynamic.rules())
+    for name in ("add.Tensor", "exp", "sum.dim_IntList", "mm", "native_layer_norm",
+                 "_scaled_dot_product_efficient_attention", "index_copy", "zero", "copy_convert"):
+        assert name in rules, name
+    for name in ("convolution", "native_batch_norm", "_unsafe_index.Tensor", "bernoulli_.float", "mse_loss"):
+        assert name not in rules, name
+    assert set(rules) <= set(debug.native_ops())
+
+
+def test_bucket_is_strict_eagers_padding():
+    assert [dynamic.bucket(n) for n in (0, 1, 2, 3, 5, 9, 16, 17, 31, 33, 100)] == [
+        0, 1, 4, 4, 8, 16, 16, 18, 32, 36, 104]
+    for n in (17, 50, 300, 5000):  # above 16: under 12.5% padding
+        assert n <= dynamic.bucket(n) < n * 1.125
+    with pytest.raises(ValueError, match="size is >= 0"):
+        dynamic.bucket(-1)
+    with pytest.raises(TypeError, match="int size"):
+        dynamic.bucket(3.5)
