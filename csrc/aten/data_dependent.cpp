@@ -41,9 +41,13 @@ int64_t FusedSdpChoice(const at::Tensor& q, const at::Tensor& k, const at::Tenso
   if ((d != 3 && d != 4) || k.dim() != d || v.dim() != d) return kMath;
   if (q.scalar_type() != k.scalar_type() || q.scalar_type() != v.scalar_type()) return kMath;
   if (!at::isFloatingType(q.scalar_type())) return kMath;
-  if (d == 4 && (k.size(0) != q.size(0) || v.size(0) != q.size(0))) return kMath;
-  int64_t hq = q.size(-3), hk = k.size(-3);
-  if (v.size(-3) != hk || k.size(-2) != v.size(-2) || k.size(-1) != q.size(-1)) return kMath;
+  // Symbolic sizes (Dynamo traces this with fake tensors): comparing two
+  // sizes guards on their relation; reading one as an int would specialize
+  // the graph to it (one graph per sequence length under dynamic=True).
+  if (d == 4 && (k.sym_size(0) != q.sym_size(0) || v.sym_size(0) != q.sym_size(0))) return kMath;
+  c10::SymInt hq = q.sym_size(-3), hk = k.sym_size(-3);
+  if (v.sym_size(-3) != hk || k.sym_size(-2) != v.sym_size(-2) || k.sym_size(-1) != q.sym_size(-1))
+    return kMath;
   if (hk == 0 || hq % hk != 0 || (hq != hk && !enable_gqa)) return kMath;
   if (mask.has_value() && mask->defined()) {
     if (mask->dim() > 4 || !IsTpu(*mask)) return kMath;
