@@ -259,6 +259,7 @@ struct Registration {
     G("split_with_sizes_copy", Pieces(2, false));
     G("unbind.int", Pieces(1, true));
     G("_to_copy", ToCopy);
+    G("prims::convert_element_type", ToCopy);  // left by decompositions of symbolic graphs
     G("copy", CopyRule);
     G("full", FillFrom(1));
     G("full_like", FillFrom(1));

@@ -136,6 +136,15 @@ def _is_tpu(t: torch.Tensor) -> bool:
     return t.device.type == "tpu"
 
 
+def _is_cpu_scalar(t: torch.Tensor) -> bool:
+    """A 0-d CPU tensor: an input a graph uploads as a number, or a value
+    computed from such inputs (``dynamic=True`` passes float constants, an
+    epsilon or a scaling factor, as 0-d float64 CPU tensors and converts them
+    in the graph). Inside the module it is one more device value; it may not
+    be a graph output (the caller would get it on the wrong device)."""
+    return t.device.type == "cpu" and t.dim() == 0
+
+
 class _Compiled:
     """A graph lowered to one executable; called with the graph's inputs (boxed)."""
 
@@ -270,7 +279,7 @@ class _Compiled:
                 except _Unsupported as e:
                     raise _Unsupported(f"{name} {e}") from None
                 for o in outs:
-                    if not _is_tpu(o):
+                    if not (_is_tpu(o) or _is_cpu_scalar(o)):
                         raise _Unsupported(f"{name} produces a tensor on {o.device}")
                     self._set_device(o)
                 if self.shapes is not None:
@@ -305,6 +314,8 @@ class _Compiled:
                             self.outputs.append(("input", placeholders[item]))
                         elif item in env:
                             val = item.meta.get("val")
+                            if isinstance(val, torch.Tensor) and not _is_tpu(val):
+                                raise _Unsupported(f"graph output {item.name} on {val.device}")
                             self.outputs.append(("graph", len(ids)))
                             ids.append(env[item])
                             if not isinstance(val, torch.Tensor):
