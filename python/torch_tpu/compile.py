@@ -28,6 +28,7 @@ tpu are routed to this backend instead (see :func:`_route_inductor`).
 """
 from __future__ import annotations
 
+import copy
 import importlib.abc
 import importlib.util
 import sys
@@ -399,6 +400,10 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: A
             created.clear()
             compiled = _compile(gm, example_inputs, **kwargs)
             return _SymbolicOrSpecializing(gm, compiled, list(created))
+        except torch._dynamo.exc.RestartAnalysis:
+            # Dynamo's own signal, not a failure: it retraces the frame (e.g.
+            # with a float it had made a graph input specialized again).
+            raise
         except Exception as e:  # noqa: BLE001  (AOTAutograd raises many types)
             warnings.warn(f"torch_tpu: torch.compile(backend='tpu') could not trace a graph "
                           f"symbolically ({type(e).__name__}: {str(e)[:200]}); it compiles per input "
@@ -441,16 +446,37 @@ class _Specializing:
     def __init__(self, gm: torch.fx.GraphModule) -> None:
         self.gm = gm
         self.cache: dict[tuple, Callable] = {}
+        # Inputs Dynamo made of Python floats (``dynamic=True``: an epsilon, a
+        # scaling factor as a 0-d tensor) that the graph reads back with
+        # .item(): a trace with concrete sizes cannot read a fake tensor's
+        # value, so each such read is specialized to the call's value.
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.item_reads = [(i, n) for i, p in enumerate(placeholders) for n in p.users
+                           if n.op == "call_method" and n.target == "item"]
 
     def __call__(self, *args: Any) -> Any:
+        items = tuple(args[i].item() for i, _ in self.item_reads)
         key = tuple(
             (tuple(a.shape), a.dtype, str(a.device), a.requires_grad) if isinstance(a, torch.Tensor) else (type(a), a)
             for a in args
-        )
+        ) + items
         fn = self.cache.get(key)
         if fn is None:
-            fn = self.cache[key] = _compile(self.gm, list(args))
+            fn = self.cache[key] = _compile(self._with_items(items), list(args))
         return fn(*args)
+
+    def _with_items(self, values: tuple) -> torch.fx.GraphModule:
+        """The graph with each .item() read of an input replaced by its value."""
+        if not values:
+            return self.gm
+        gm = copy.deepcopy(self.gm)
+        nodes = {n.name: n for n in gm.graph.nodes}
+        for (_, read), value in zip(self.item_reads, values):
+            node = nodes[read.name]
+            node.replace_all_uses_with(value)  # type: ignore[arg-type]  (FX takes constants)
+            gm.graph.erase_node(node)
+        gm.recompile()
+        return gm
 
 
 def _has_tpu_tensor(example_inputs: Sequence[Any]) -> bool:

@@ -92,7 +92,7 @@ def _expr(v: Any) -> sympy.Expr:
 def _monotone(e: sympy.Expr) -> bool:
     """Whether `e` never decreases as its (positive) symbols grow: its value
     at the buckets then bounds its value at every size in them."""
-    from torch.utils._sympy.functions import CeilToInt, FloorDiv, FloorToInt
+    from torch.utils._sympy.functions import CeilToInt, FloorDiv, FloorToInt, IntTrueDiv
 
     if e.is_number or e.is_Symbol:
         return True
@@ -101,7 +101,7 @@ def _monotone(e: sympy.Expr) -> bool:
     if isinstance(e, sympy.Mul):
         nums = [a for a in e.args if a.is_number]
         return all(n >= 0 for n in nums) and all(_monotone(a) for a in e.args if not a.is_number)
-    if isinstance(e, FloorDiv):
+    if isinstance(e, (FloorDiv, IntTrueDiv)):
         return _monotone(e.args[0]) and e.args[1].is_number and e.args[1] > 0
     if isinstance(e, (CeilToInt, FloorToInt, sympy.floor, sympy.ceiling, sympy.Max, sympy.Min)):
         return all(_monotone(a) for a in e.args)
