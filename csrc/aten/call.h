@@ -173,6 +173,10 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
 // on a [b, s, h] activation padded in b and s): runs on the buffer's rows,
 // the result padded like them (padded_rows.cpp); nullopt: not such a call.
 std::optional<std::vector<c10::IValue>> RunOnPaddedRows(const Call& call);
+// mm contracting such rows (grad_output^T @ input: a linear's weight
+// gradient): all the buffer rows, the padding rows zeroed; the result exact
+// (padded_rows.cpp); nullopt: not such a call.
+std::optional<std::vector<c10::IValue>> RunOnContractedRows(const Call& call);
 // A small factory at a new size computed by PyTorch's CPU kernel and
 // uploaded (host_factory.cpp); nullopt: compile as usual.
 std::optional<std::vector<c10::IValue>> RunFactoryOnHost(const Call& call, const c10::OperatorHandle& op,

@@ -1042,6 +1042,7 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
   DynamicMode mode = ModeRef();
   if (!g_dynamic_active) return std::nullopt;
   if (auto results = RunOnPaddedRows(call)) return results;  // padded_rows.cpp
+  if (auto results = RunOnContractedRows(call)) return results;
   if (!Eligible(call)) return std::nullopt;
   bool hinted = false;
   CallHints hints = HintsOfCall(call.plan, args, &hinted);

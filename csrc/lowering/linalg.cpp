@@ -100,8 +100,11 @@ Value Gelu(Builder& b, Value x) {
 
 const bool registered = [] {
   // [n, k] x [k, m]
-  // Rows are independent in mm's self and addmm's mat1 (DynamicShapes).
-  Register("mm", ProductRule({}, {}, {1}, {0})).Dynamic().dynamic.independent_rows_arg = 0;
+  // Rows are independent in mm's self and addmm's mat1; mm contracts its
+  // self's columns with mat2's rows (DynamicShapes).
+  RuleEntry& mm = Register("mm", ProductRule({}, {}, {1}, {0})).Dynamic();
+  mm.dynamic.independent_rows_arg = 0;
+  mm.dynamic.contracts_rows = true;
   // [b, n, k] x [b, k, m]
   Register("bmm", ProductRule({0}, {0}, {2}, {1})).Dynamic();
   // [k] x [k]

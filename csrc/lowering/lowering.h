@@ -136,6 +136,12 @@ struct DynamicShapes {
   // on a view that folds a storage padded in two dims into rows, the op runs
   // on all the buffer's rows (csrc/aten/padded_rows.cpp). -1: none.
   int independent_rows_arg = -1;
+  // A matrix product contracting the columns of its first tensor arg with
+  // the rows of its second (mm): when both are such folds of storages padded
+  // alike (grad_output^T @ input, a linear's weight gradient), the module
+  // contracts all the buffer rows with the padding rows zeroed
+  // (csrc/aten/padded_rows.cpp).
+  bool contracts_rows = false;
 };
 
 // One entry of the table: the rule and what the dispatcher must know about

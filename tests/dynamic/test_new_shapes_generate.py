@@ -67,6 +67,49 @@ def test_linear_on_rows_padded_in_batch_and_sequence():
         torch.testing.assert_close(y[:, -1].cpu(), F.linear(h, w)[:, -1], rtol=1e-5, atol=1e-5)
 
 
+def test_linear_weight_gradient_on_rows_padded_in_batch_and_sequence():
+    # A linear's weight gradient is mm(grad_output^T, input) over the [b*s]
+    # rows of two storages padded in b and s: contracted over all the buffer
+    # rows with the padding rows zeroed, the [out, in] result exact, so a new
+    # (b, s) inside the buckets compiles no mm.
+    torch.manual_seed(0)
+    w = torch.randn(24, 16)
+
+    def run(b, s):
+        x, g = torch.randn(b, s, 16), torch.randn(b, s, 24)
+        h, gd = torch.exp(x.to("tpu") * 0.5), torch.tanh(g.to("tpu"))  # padded in b and s once dynamic
+        dw = torch.ops.aten.mm(gd.reshape(-1, 24).t(), h.reshape(-1, 16))
+        return x, g, dw
+
+    for b, s in ((9, 19), (10, 20)):
+        run(b, s)
+    for b, s in ((5, 19), (2, 20), (16, 19)):
+        debug.reset_stats()
+        x, g, dw = run(b, s)
+        assert "mm" not in debug.stats()["compiles_by_op"], ((b, s), debug.stats()["compiles_by_op"])
+        assert torch_tpu._C._padded_shape(dw) == []  # exact: [out, in] whatever the rows
+        want = torch.tanh(g).reshape(-1, 24).t() @ torch.exp(x * 0.5).reshape(-1, 16)
+        torch.testing.assert_close(dw.cpu(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_linear_backward_on_padded_rows_equals_cpu():
+    torch.manual_seed(0)
+    cpu = torch.nn.Linear(16, 24)
+    dev = torch.nn.Linear(16, 24).to("tpu")
+    dev.load_state_dict(cpu.state_dict())
+    for b, s in ((4, 12), (4, 14), (3, 13), (4, 15)):
+        x = torch.randn(b, s, 16)
+        cpu.zero_grad(), dev.zero_grad()
+        debug.reset_stats()
+        (torch.tanh(dev(torch.exp(x.to("tpu") * 0.5))) ** 2).sum().backward()
+        compiled = debug.stats()["compiles_by_op"]
+        (torch.tanh(cpu(torch.exp(x * 0.5))) ** 2).sum().backward()
+        torch.testing.assert_close(dev.weight.grad.cpu(), cpu.weight.grad, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(dev.bias.grad.cpu(), cpu.bias.grad, rtol=1e-4, atol=1e-4)
+        if (b, s) in ((3, 13), (4, 15)):
+            assert "mm" not in compiled, ((b, s), compiled)
+
+
 def cpu_and_tpu_models(model_class, cfg):
     """The same random weights on the CPU and on tpu, greedy without an EOS stop."""
     torch.manual_seed(0)
