@@ -670,6 +670,7 @@ void AppendReadKey(const ViewRead& r, const std::vector<bool>& dyn, std::string*
     *key += (dynamic ? "<" : "") + std::to_string(r.layout.padded[j]) + "@" + std::to_string(r.start[j]) +
             "v" + std::to_string(d) + ",";
   }
+  for (bool expanded : r.broadcast) *key += expanded ? "B" : ".";
 }
 
 // An input's sizes in the executable, the dynamic ones marked.

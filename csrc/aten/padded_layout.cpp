@@ -90,23 +90,22 @@ bool MergeForView(const lowering::ViewGeometry& g, StorageLayout* l) {
 
 std::optional<ViewRead> MapView(const lowering::ViewGeometry& g, int64_t offset, const StorageLayout& base) {
   std::vector<int64_t> cuts;
+  std::vector<bool> broadcast(g.sizes.size(), false);
   for (size_t d = 0; d < g.sizes.size(); ++d) {
-    if (g.sizes[d] == 0) return std::nullopt;
-    if (g.sizes[d] > 1) {
-      if (g.strides[d] <= 0) return std::nullopt;
-      cuts.push_back(g.strides[d]);
-    }
+    if (g.sizes[d] == 0 || g.strides[d] < 0) return std::nullopt;
+    if (g.sizes[d] > 1 && g.strides[d] == 0) broadcast[d] = true;
+    else if (g.sizes[d] > 1) cuts.push_back(g.strides[d]);
   }
   std::optional<StorageLayout> layout = Split(base, cuts);
   if (!layout) return std::nullopt;
   DropUnitDims(&*layout);  // the same layout whatever size-1 dims its writer had
   if (!MergeForView(g, &*layout)) return std::nullopt;
   ViewRead read{*layout, std::vector<int64_t>(layout->real.size(), 0),
-                std::vector<int>(layout->real.size(), -1)};
+                std::vector<int>(layout->real.size(), -1), broadcast};
   std::vector<int64_t> strides = RealStrides(layout->real);
   std::vector<int64_t> extent(layout->real.size(), 1);
   for (size_t d = 0; d < g.sizes.size(); ++d) {
-    if (g.sizes[d] == 1) continue;
+    if (g.sizes[d] == 1 || broadcast[d]) continue;
     // A size-1 layout dim shares its inner neighbour's stride: skip it.
     size_t j = 0;
     while (j < strides.size() && (strides[j] != g.strides[d] || layout->real[j] == 1)) ++j;
@@ -131,6 +130,8 @@ std::optional<BufferRead> ReadInBuffer(const lowering::ViewGeometry& g, int64_t 
   BufferRead r;
   r.geometry.sizes = g.sizes;
   r.geometry.strides.assign(g.sizes.size(), 1);  // size-1 dims: any stride reads the same element
+  for (size_t d = 0; d < g.sizes.size(); ++d)
+    if (read->broadcast[d]) r.geometry.strides[d] = 0;
   r.geometry.storage_numel = 1;
   for (int64_t d : base.padded) r.geometry.storage_numel *= d;
   for (size_t j = 0; j < strides.size(); ++j) {
@@ -180,7 +181,13 @@ hlo::Value ReadPaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& re
   std::vector<int64_t> perm;
   for (const auto& [d, place] : kept) perm.push_back(place);
   v = b.Transpose(v, perm);
-  return b.Reshape(v, view_sizes);
+  std::vector<int64_t> unexpanded = view_sizes, dims;  // the broadcast dims at 1, then expanded
+  for (size_t d = 0; d < view_sizes.size(); ++d) {
+    if (read.broadcast[d]) unexpanded[d] = 1;
+    dims.push_back(static_cast<int64_t>(d));
+  }
+  v = b.Reshape(v, unexpanded);
+  return unexpanded == view_sizes ? v : b.BroadcastInDim(v, view_sizes, dims);
 }
 
 }  // namespace torch_tpu::aten

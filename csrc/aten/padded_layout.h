@@ -29,11 +29,13 @@ struct ViewRead {
   StorageLayout layout;        // the storage's dims, split as the view needs
   std::vector<int64_t> start;  // per layout dim: the first real element the view reads
   std::vector<int> view_dim;   // per layout dim: the view dim (size > 1) reading it, -1: none
+  std::vector<bool> broadcast;  // per view dim: stride 0 and size > 1 (expand): reads no layout dim
 };
 
 // The read of view `g` at real element offset `offset` of a storage laid out
 // as `base` (an exact storage: one dim of its numel); nullopt when the view is
-// no permutation of windows of its dims (overlapping or broadcast strides).
+// no permutation of windows of its dims, some of them broadcast (expanded:
+// stride 0), e.g. overlapping strides.
 std::optional<ViewRead> MapView(const lowering::ViewGeometry& g, int64_t offset, const StorageLayout& base);
 
 // View `g` at real element offset `offset` read straight out of the padded

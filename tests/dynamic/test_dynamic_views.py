@@ -154,3 +154,46 @@ def test_grouped_query_heads_are_never_padded():
             assert torch_tpu._C._padded_shape(rk) == [1, 2, 36, 16], torch_tpu._C._padded_shape(rk)
         torch.testing.assert_close(rq.cpu(), q * c + q)
         torch.testing.assert_close(rk.cpu(), k * c + k)
+
+
+@pytest.mark.usefixtures("auto_dynamic_shapes")  # as in a fresh process: the warm-ups below decide
+@pytest.mark.parametrize("form", ["scalar", "column", "bias"])
+def test_expanded_views_run_dynamic(form):
+    # Expanded (stride 0) views: a sum's backward expands its scalar gradient,
+    # a [b, s, 1] column or a [h] bias broadcast by expand. The dynamic op
+    # reads them broadcast at the bucket, whatever storage they expand.
+    torch.manual_seed(0)
+    bias = torch.randn(24)
+
+    def f(x):
+        y = torch.tanh(x)  # padded in b and s once dynamic
+        if form == "scalar":
+            e = torch.ones(()).to(x.device).expand_as(y)
+        elif form == "column":
+            e = y[:, :, :1].expand_as(y)  # a window of a padded storage, expanded
+        else:
+            e = bias.to(x.device).expand_as(y)
+        return y * e
+
+    for b, s in ((4, 12), (3, 14)):
+        f(torch.randn(b, s, 24).to("tpu")).cpu()
+    for b, s in ((4, 13), (2, 15), (3, 16)):
+        x = torch.randn(b, s, 24)
+        debug.reset_stats()
+        got = f(x.to("tpu"))
+        st = debug.stats()
+        assert st["compiles"] == 0, ((b, s), st["compiles_by_op"], st["exact_reasons"])
+        torch.testing.assert_close(got.cpu(), f(x), rtol=1e-6, atol=1e-6)
+
+
+def test_exact_op_reads_an_expanded_window_of_a_padded_storage():
+    # An op that runs exact shapes (cumprod has no dynamic rule) on an
+    # expanded window of a padded storage reads it straight out of the
+    # buffer (stride 0 in the buffer too), equal to CPU.
+    torch.manual_seed(0)
+    for b, s in ((4, 12), (3, 14), (2, 13)):
+        x = torch.randn(b, s, 8)
+        y = torch.tanh(x.to("tpu"))
+        got = torch.cumprod(y[:, :1, :].expand(b, 3, 8), dim=1)
+        torch.testing.assert_close(got.cpu(), torch.cumprod(torch.tanh(x)[:, :1, :].expand(b, 3, 8), dim=1),
+                                   rtol=1e-6, atol=1e-6)
