@@ -21,6 +21,12 @@ repeat call of the same prompt (warm: nothing compiles; what the padding
 costs) and the decode loop's peak device memory above the weights, each
 next to the exact-shape run's.
 
+A third: a training step of the same Llama (forward with the loss, backward,
+AdamW) on batches of 4 whose padded length changes from step to step (as
+with DataCollatorWithPadding), warmed at lengths 12 and 14 (the 16-bucket),
+then new lengths 13, 15, 11: compiles and wall time of the step next to CPU
+eager's step, the warm step, and whether the loss equals CPU's.
+
     PYTHONPATH=python python3 benchmarks/new_shapes.py
 
 CPU eager runs with one thread (NEW_SHAPES_CPU_THREADS to change it): on a
@@ -166,6 +172,10 @@ def main():
         return child()
     if "--child-llama" in sys.argv:
         return child_llama()
+    if "--child-train" in sys.argv:
+        return child_train()
+    if "--training" in sys.argv:  # the training scenario alone
+        return print_training()
     print(f"MLP block, batch {BATCH}, hidden {HIDDEN}; warmed at seq {WARM}; new sizes {NEW}, past {PAST}")
     print(f"{'mode':>6} {'seq':>4} {'compiles':>8} {'first s':>8} {'cpu s':>8} {'ratio':>7} {'warm s':>8} {'max err':>8}")
     for mode in ("0", "auto", "0+mark"):
@@ -174,6 +184,7 @@ def main():
                   f"{r['seconds'] / r['cpu_seconds']:>6.1f}x {r['warm_seconds']:>8.4f} {r['max_err']:>8.1e}")
     for cache in ("dynamic", "static"):
         print_llama(cache)
+    print_training()
 
 
 def print_llama(cache):
@@ -191,6 +202,65 @@ def print_llama(cache):
                   f"{r['peak_bytes'] / 1024:>9.1f} {'equal' if r['equal'] else 'DIFFER':>8}"
                   + (f"  warm {r['warm_seconds'] / exact['warm_seconds']:.2f}x, peak "
                      f"{r['peak_bytes'] / exact['peak_bytes']:.2f}x of exact" if mode != "0" else ""))
+
+
+TRAIN_WARM = (12, 14)    # the 16-bucket: the second length makes it dynamic
+TRAIN_NEW = (13, 15, 11)  # new padded lengths inside it
+
+
+def child_train():
+    import copy
+
+    import torch
+    import transformers as tf
+    import torch_tpu  # noqa: F401
+    from torch_tpu import debug
+    torch.set_num_threads(int(os.environ.get("NEW_SHAPES_CPU_THREADS", "1")))
+    torch.manual_seed(0)
+    cfg = tf.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    cpu = tf.LlamaForCausalLM(cfg)
+    dev = copy.deepcopy(cpu).to("tpu")
+    opts = {m: torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (cpu, dev)}
+
+    def step(model, ids):
+        model.zero_grad()
+        loss = model(ids, labels=ids).loss
+        loss.backward()
+        opts[model].step()
+        return loss.item()
+
+    def timed(model, ids):
+        t = time.perf_counter()
+        loss = step(model, ids)
+        return loss, time.perf_counter() - t
+
+    rows = []
+    for n in TRAIN_WARM + TRAIN_NEW:
+        ids = torch.randint(2, 256, (4, n), generator=torch.Generator().manual_seed(n))
+        want, cpu_s = timed(cpu, ids)
+        debug.reset_stats()
+        got, dt = timed(dev, ids.to("tpu"))
+        compiles = debug.stats()["compiles"]
+        if n in TRAIN_NEW:
+            warm = min(timed(dev, ids.to("tpu"))[1] for _ in range(3))
+            for _ in range(3):
+                step(cpu, ids)  # the CPU model takes the same steps
+            rows.append({"n": n, "seconds": dt, "compiles": compiles, "cpu_seconds": cpu_s, "warm_seconds": warm,
+                         "loss_err": abs(got - want)})
+    print(json.dumps(rows))
+
+
+def print_training():
+    print(f"\ntiny Llama training step (loss, backward, AdamW), batch 4, warmed at padded lengths {TRAIN_WARM}")
+    print(f"{'mode':>5} {'len':>4} {'compiles':>8} {'first s':>8} {'cpu s':>8} {'ratio':>7} {'warm s':>8} "
+          f"{'loss err':>9}")
+    results = {mode: run_child(mode, "--child-train") for mode in ("0", "auto")}
+    for mode, rows in results.items():
+        for r, exact in zip(rows, results["0"]):
+            print(f"{mode:>5} {r['n']:>4} {r['compiles']:>8} {r['seconds']:>8.3f} {r['cpu_seconds']:>8.3f} "
+                  f"{r['seconds'] / r['cpu_seconds']:>6.1f}x {r['warm_seconds']:>8.3f} {r['loss_err']:>9.1e}"
+                  + (f"  warm {r['warm_seconds'] / exact['warm_seconds']:.2f}x of exact" if mode != "0" else ""))
 
 
 if __name__ == "__main__":
