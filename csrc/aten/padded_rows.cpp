@@ -180,6 +180,22 @@ std::string BuildContractedModule(const Call& call, int a, int bi, const RowFold
   return b.ToText();
 }
 
+// The plan inputs of a matrix product's two tensor args, when each is one
+// plain tensor of its own storage and no other argument is a parameter.
+std::optional<std::pair<int, int>> ProductInputs(const Plan& plan) {
+  int found[2] = {-1, -1};
+  size_t n = 0;
+  for (const ArgPlan& ap : plan.args) {
+    if (ap.param >= 0) return std::nullopt;
+    if (ap.kind != lowering::Arg::Kind::Tensor) continue;
+    if (n == 2 || ap.tensors.size() != 1) return std::nullopt;
+    found[n++] = ap.tensors[0];
+  }
+  if (n != 2 || plan.inputs.size() != 2) return std::nullopt;
+  if (plan.inputs[found[0]].storage == plan.inputs[found[1]].storage) return std::nullopt;
+  return std::make_pair(found[0], found[1]);
+}
+
 }  // namespace
 
 void ClearPaddedRowsExecutables() { Executables().clear(); }
@@ -216,30 +232,6 @@ std::optional<std::vector<c10::IValue>> RunOnPaddedRows(const Call& call) {
   CountNative(*call.desc);
   return std::vector<c10::IValue>{t};
 }
-
-}  // namespace torch_tpu::aten
-
-namespace torch_tpu::aten {
-
-namespace {
-
-// The plan inputs of a matrix product's two tensor args, when each is one
-// plain tensor of its own storage and no other argument is a parameter.
-std::optional<std::pair<int, int>> ProductInputs(const Plan& plan) {
-  int found[2] = {-1, -1};
-  size_t n = 0;
-  for (const ArgPlan& ap : plan.args) {
-    if (ap.param >= 0) return std::nullopt;
-    if (ap.kind != lowering::Arg::Kind::Tensor) continue;
-    if (n == 2 || ap.tensors.size() != 1) return std::nullopt;
-    found[n++] = ap.tensors[0];
-  }
-  if (n != 2 || plan.inputs.size() != 2) return std::nullopt;
-  if (plan.inputs[found[0]].storage == plan.inputs[found[1]].storage) return std::nullopt;
-  return std::make_pair(found[0], found[1]);
-}
-
-}  // namespace
 
 std::optional<std::vector<c10::IValue>> RunOnContractedRows(const Call& call) {
   const Plan& plan = call.plan;

@@ -272,7 +272,7 @@ def _bucketed_cache_length(model: Any, length: int) -> int:
         return length
     from .dynamic import bucket  # noqa: PLC0415
 
-    return bucket(length)
+    return bucket(int(length))  # an int-like length (numpy) as before
 
 
 def _patch_generation_utils(module: Any) -> None:
