@@ -14,8 +14,8 @@ on one executable per op, from the first call.
 A second scenario: a tiny 2-layer Llama (hidden 64, random weights, no hub)
 greedy-generating 8 tokens (DynamicCache) from prompts of new lengths after
 warm-up prompts of lengths 33, 34 and 38, then from batches of new sizes after
-warm-up batches of 4 and 5 (then the same with StaticCache, whose decode step
-generate() compiles with torch.compile): compiles and wall time of each new shape, CPU
+warm-up batches of 4 and 5 (then the same in fused eager, and with StaticCache,
+whose decode step generate() compiles with torch.compile): compiles and wall time of each new shape, CPU
 eager's time for the same generate(), whether the tokens equal CPU's, the
 repeat call of the same prompt (warm: nothing compiles; what the padding
 costs) and the decode loop's peak device memory above the weights, each
@@ -27,11 +27,12 @@ with DataCollatorWithPadding), warmed at lengths 12 and 14 (the 16-bucket),
 then new lengths 13, 15, 11: compiles and wall time of the step next to CPU
 eager's step, the warm step, and whether the loss equals CPU's.
 
-    PYTHONPATH=python python3 benchmarks/new_shapes.py
+    PYTHONPATH=python python3 benchmarks/new_shapes.py [--training | --fused]
 
 CPU eager runs with one thread (NEW_SHAPES_CPU_THREADS to change it): on a
 shared machine its multi-threaded times swing by 100x.
 """
+import contextlib
 import json
 import os
 import subprocess
@@ -107,7 +108,7 @@ BATCH_NEW = (3, 6, 7)      # new batch sizes (prompt length 34)
 def child_llama():
     import torch
     import transformers as tf
-    import torch_tpu  # noqa: F401
+    import torch_tpu
     from torch_tpu import compile as tpu_compile, debug
     torch.set_num_threads(int(os.environ.get("NEW_SHAPES_CPU_THREADS", "1")))
     torch.manual_seed(0)
@@ -123,9 +124,11 @@ def child_llama():
 
     static = os.environ.get("NEW_SHAPES_CACHE") == "static"
     kw = {"cache_implementation": "static"} if static else {}  # static: generate() compiles its decode step
+    fused = os.environ.get("NEW_SHAPES_CACHE") == "fused"  # DynamicCache, tpu under torch_tpu.fused()
 
     def gen(model, ids):
-        with torch.no_grad():
+        mode = torch_tpu.fused() if fused and model is dev else contextlib.nullcontext()
+        with torch.no_grad(), mode:
             return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False,
                                   **kw)
 
@@ -176,19 +179,22 @@ def main():
         return child_train()
     if "--training" in sys.argv:  # the training scenario alone
         return print_training()
+    if "--fused" in sys.argv:  # the Llama scenario in fused eager alone
+        return print_llama("fused")
     print(f"MLP block, batch {BATCH}, hidden {HIDDEN}; warmed at seq {WARM}; new sizes {NEW}, past {PAST}")
     print(f"{'mode':>6} {'seq':>4} {'compiles':>8} {'first s':>8} {'cpu s':>8} {'ratio':>7} {'warm s':>8} {'max err':>8}")
     for mode in ("0", "auto", "0+mark"):
         for r in run_child(mode, "--child"):
             print(f"{mode:>6} {r['n']:>4} {r['compiles']:>8} {r['seconds']:>8.4f} {r['cpu_seconds']:>8.4f} "
                   f"{r['seconds'] / r['cpu_seconds']:>6.1f}x {r['warm_seconds']:>8.4f} {r['max_err']:>8.1e}")
-    for cache in ("dynamic", "static"):
+    for cache in ("dynamic", "fused", "static"):
         print_llama(cache)
     print_training()
 
 
 def print_llama(cache):
-    what = "DynamicCache" if cache == "dynamic" else "StaticCache, decode step compiled by generate()"
+    what = {"dynamic": "DynamicCache", "fused": "DynamicCache, fused eager: torch_tpu.fused()",
+            "static": "StaticCache, decode step compiled by generate()"}[cache]
     print(f"\ntiny Llama (2 layers, hidden 64) generate 8 tokens ({what}); batch 1 warmed at prompt "
           f"lengths {LLAMA_WARM}, then prompt length 34 warmed at batch sizes {BATCH_WARM}; compiles: "
           f"op executables + torch.compile graphs")

@@ -224,5 +224,13 @@ bool Recording();
 std::vector<c10::IValue> RecordCall(Call& call);
 // Whether the storage's pending value can be used by an op reading it as `t`.
 bool PendingUsable(const runtime::DeviceStorage* s, hlo::ElementType t);
+// A call that runs on its own while a chain is being recorded (a bounded
+// dynamic op: a new size must not recompile the chain) reads buffers: the
+// chain runs first when it holds a value the call reads or a storage it writes.
+void SettleRecordingFor(const Call& call);
+// A chain's values have numel() elements: a recorded call compacts the padded
+// storages it writes (true when it did: plan again). It reads a padded one as
+// strict eager does (its window in the buffer: one chain for every size).
+bool CompactForRecording(const Call& call);
 
 }  // namespace torch_tpu::aten

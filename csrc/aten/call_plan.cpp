@@ -21,9 +21,9 @@ namespace {
 // stays pending when the op is recorded too; otherwise it gets a buffer.
 void PrepareForOp(DeviceStorage* s, ElementType t) {
   if (PendingUsable(s, t)) return;
-  // A fused chain aliases its parameters to results of numel() elements: a
-  // padded buffer is compacted there; strict eager reads its prefix.
-  PrepareStorage(s, t, /*keep_capacity=*/!Recording());
+  // A padded buffer stays padded: strict eager reads its prefix, a dynamic
+  // op reads it whole; a recorded call compacts it first (RunCall).
+  PrepareStorage(s, t, /*keep_capacity=*/true);
 }
 
 size_t StorageIndex(Plan& p, DeviceStorage* s) {

@@ -42,9 +42,17 @@
 // from different places keep separate size variants (a head count never turns
 // dynamic because a sequence length did); parameters never turn dynamic.
 // Everything else (out= variants, in-place writes to part of a storage,
-// random draws, integer pow),
-// fused eager and compiled graphs keep exact shapes. A dynamic module XLA
+// random draws, integer pow) keeps exact shapes. A dynamic module XLA
 // rejects turns its signature back to exact shapes (correct first).
+//
+// Fused eager: a call whose signature has gone dynamic runs alone on its
+// bounded executable (the chain runs first when the call reads one of its
+// values or writes a storage it holds: SettleRecordingFor); the chain records
+// the calls around it, reading a padded storage's window out of its buffer as
+// strict eager does, so a chain of fixed sizes (decode's q/k/v projections,
+// the lm_head on the last position) compiles once for every length. A call
+// whose exact sizes a chain already recorded stays recorded. Compiled graphs
+// are bounded by compile_symbolic.py, not here.
 // debug.report() says why an op ran exact (exact_reasons).
 //
 // Controls: TORCH_TPU_DYNAMIC_SHAPES=auto (the default: the policy above),
@@ -1065,6 +1073,7 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
   t_exact_reason = "first sizes of its signature";
   if (std::none_of(lay.in_dynamic.begin(), lay.in_dynamic.end(), AnyDynamic)) return std::nullopt;
   DrainLaunches();  // a dynamic call reads (and pads) its storages' buffers itself
+  SettleRecordingFor(call);  // ... and runs alone in fused eager
   for (size_t i = 0; i < hints.size(); ++i)
     for (size_t d = 0; d < hints[i].size(); ++d)
       if (hints[i][d] && hints[i][d]->dynamic && lay.in_dynamic[i][d]) {

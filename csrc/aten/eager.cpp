@@ -35,6 +35,9 @@ struct Compiled {
   std::vector<std::string> checks;  // prefixed with the op name
   // Compiling on the compile pool (exe not known yet; null otherwise).
   std::shared_ptr<runtime::PendingCompile> compiling;
+  // Recorded into a fused chain with these exact sizes (the chain's
+  // executable holds it): they stay static, as a compiled call's do.
+  bool recorded = false;
   bool known() const { return exe || compiling; }
 };
 
@@ -220,12 +223,16 @@ std::vector<c10::IValue> RunCall(const OpDesc& desc, const c10::OperatorHandle& 
   const bool can_queue = Queueable(call);
   if (!can_queue) DrainLaunches();  // this call reads buffers itself: none may be stale
   // Bounded dynamic shapes (dynamic.cpp): a new size of a known signature.
-  if (!Recording() && !(hit && hit->known())) {
+  // In fused eager too: such a call runs on its own (its chain's executable
+  // would otherwise compile for every size), the chain records the rest.
+  const bool recording = Recording();
+  if (!(hit && (hit->known() || (recording && hit->recorded)))) {
     if (auto results = RunDynamic(call, op, args)) return std::move(*results);
     if (auto results = RunFactoryOnHost(call, op, args)) return std::move(*results);
   }
-  if (Recording()) {
-    if (!cached) cache[call.plan.key] = Compiled{nullptr, call.cached(), {}};
+  if (recording) {
+    if (CompactForRecording(call)) return RunCall(desc, op, args);  // planned again, exact
+    cache.try_emplace(call.plan.key, Compiled{nullptr, call.cached(), {}}).first->second.recorded = true;
     return RecordCall(call);
   }
   // Queued when launches are queued (to keep their order) or when it needs

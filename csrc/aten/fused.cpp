@@ -4,6 +4,7 @@
 // fallback, TORCH_TPU_FUSE_MAX_OPS ops). Storage values produced by recorded
 // calls are `pending` values of the module; storages read before being
 // written are parameters bound to their buffers at record time.
+#include <algorithm>
 #include <atomic>
 #include <unordered_map>
 
@@ -186,6 +187,27 @@ bool Recording() { return FusionEnabled() && !GetRuntime().launch_blocking(); }
 
 bool PendingUsable(const DeviceStorage* s, hlo::ElementType t) {
   return s->pending() && s->dtype == t && s->device == Rec().device && Recording();
+}
+
+void SettleRecordingFor(const Call& call) {
+  const Plan& plan = call.plan;
+  Recorder& rec = Rec();
+  if (!rec.b) return;
+  bool settle = std::any_of(plan.storages.begin(), plan.storages.end(),
+                            [](const DeviceStorage* s) { return s->pending(); });
+  for (size_t w : call.written) settle |= rec.storage_param.count(plan.storages[w]) > 0;
+  if (settle) FlushPending();
+}
+
+bool CompactForRecording(const Call& call) {
+  bool compacted = false;
+  for (size_t w : call.written) {
+    DeviceStorage* s = call.plan.storages[w];
+    if (!s->padded()) continue;
+    CompactStorage(s);
+    compacted = true;
+  }
+  return compacted;
 }
 
 std::vector<c10::IValue> RecordCall(Call& call) {

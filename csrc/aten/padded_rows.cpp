@@ -216,6 +216,7 @@ std::optional<std::vector<c10::IValue>> RunOnPaddedRows(const Call& call) {
   pjrt::Executable* exe = CachedExecutable(call, RowsKey(plan, {input}),
                                            [&] { return BuildRowsModule(call, input, fold->buffer_rows); });
   if (!exe) return std::nullopt;
+  SettleRecordingFor(call);  // runs alone in fused eager
   runtime::Launch launch;
   launch.exe = exe;
   launch.device = plan.device;
@@ -252,6 +253,7 @@ std::optional<std::vector<c10::IValue>> RunOnContractedRows(const Call& call) {
   pjrt::Executable* exe = CachedExecutable(call, "contracted|" + RowsKey(plan, {a, bi}),
                                            [&] { return BuildContractedModule(call, a, bi, *fa); });
   if (!exe) return std::nullopt;
+  SettleRecordingFor(call);  // runs alone in fused eager
   runtime::Launch launch;
   launch.exe = exe;
   launch.device = plan.device;
