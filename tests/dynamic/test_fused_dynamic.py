@@ -11,7 +11,7 @@ import torch
 import torch_tpu
 from torch_tpu import debug
 
-from test_new_shapes_generate import cpu_and_tpu_models, generate, prompt
+from test_new_shapes_generate import generate, llama, prompt  # noqa: F401 (llama: a fixture)
 
 pytestmark = pytest.mark.usefixtures("auto_dynamic_shapes")  # conftest.py
 
@@ -70,14 +70,6 @@ def test_recorded_calls_of_fixed_sizes_compile_nothing_at_new_lengths():
         assert debug.stats()["compiles"] == 0, (n, debug.stats()["compiles_by_op"])
         for g, e in zip(got, lm_head(x, w)):
             torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
-
-
-@pytest.fixture(scope="module")
-def llama():
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-    return cpu_and_tpu_models(transformers.LlamaForCausalLM, cfg)
 
 
 def check_fused_generate(llama, b, n, seed):
