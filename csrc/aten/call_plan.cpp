@@ -21,8 +21,9 @@ namespace {
 // stays pending when the op is recorded too; otherwise it gets a buffer.
 void PrepareForOp(DeviceStorage* s, ElementType t) {
   if (PendingUsable(s, t)) return;
-  // A padded buffer stays padded: strict eager reads its prefix, a dynamic
-  // op reads it whole; a recorded call compacts it first (RunCall).
+  // A padded buffer stays padded: strict eager and a recorded call read its
+  // real elements, a dynamic op reads it whole; a recorded call compacts the
+  // ones it writes first (CompactForRecording).
   PrepareStorage(s, t, /*keep_capacity=*/true);
 }
 

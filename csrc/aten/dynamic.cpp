@@ -44,6 +44,7 @@
 // Everything else (out= variants, in-place writes to part of a storage,
 // random draws, integer pow) keeps exact shapes. A dynamic module XLA
 // rejects turns its signature back to exact shapes (correct first).
+// debug.report() says why an op ran exact (exact_reasons).
 //
 // Fused eager: a call whose signature has gone dynamic runs alone on its
 // bounded executable (the chain runs first when the call reads one of its
@@ -53,7 +54,6 @@
 // the lm_head on the last position) compiles once for every length. A call
 // whose exact sizes a chain already recorded stays recorded. Compiled graphs
 // are bounded by compile_symbolic.py, not here.
-// debug.report() says why an op ran exact (exact_reasons).
 //
 // Controls: TORCH_TPU_DYNAMIC_SHAPES=auto (the default: the policy above),
 // 0 (exact shapes), 1 (every dim of size > 1 dynamic from the first call);

@@ -161,6 +161,13 @@ def _fused_step(x, w):  # noqa: ANN001, ANN202  (ops, jax_ops on pending values 
     return (z.sum(dim=0) + s.mean()).relu(), pallas_affine(y[:8] - 1)
 
 
+# Sizes other tests of this process showed the dynamic policy would make the
+# ops of a fused-execution count dynamic, and a call at a new size of a dynamic
+# signature runs alone in fused eager (README: bounded dynamic shapes): such
+# tests start from a fresh process's policy.
+fresh_dynamic_policy = pytest.mark.usefixtures("auto_dynamic_shapes")  # conftest.py
+
+
 def _executions(fn):  # noqa: ANN001, ANN202
     """fn()'s results and the executions it took, warm (run once before)."""
     fn()
@@ -171,11 +178,7 @@ def _executions(fn):  # noqa: ANN001, ANN202
     return out, _stats()["executions"] - before
 
 
-# Sizes other tests of this process showed the dynamic policy would make these
-# ops' signatures dynamic, and a call at a new size of a dynamic signature runs
-# alone in fused eager (README: bounded dynamic shapes): start from a fresh
-# process's policy.
-@pytest.mark.usefixtures("auto_dynamic_shapes")  # conftest.py
+@fresh_dynamic_policy
 def test_fused_eager_jax_ops_join_the_chain():
     """Under fused eager, jax_ops (tuple outputs, Pallas in interpret mode)
     join the chain of the ops around them: one execution for the whole step
@@ -231,11 +234,7 @@ def test_fused_eager_jax_op_inputs_zero_size_shared_and_reinterpreted():
     np.testing.assert_allclose(_np(twice), np.sin(xn) * xn, **TOL)
 
 
-# Sizes other tests of this process showed the dynamic policy would make these
-# ops' signatures dynamic, and a call at a new size of a dynamic signature runs
-# alone in fused eager (README: bounded dynamic shapes): start from a fresh
-# process's policy.
-@pytest.mark.usefixtures("auto_dynamic_shapes")  # conftest.py
+@fresh_dynamic_policy
 def test_fused_eager_jax_ops_alone_when_asked():
     """_C._set_jax_ops_join_fused(False) (what benchmarks compare against):
     each jax_op ends the chain and runs alone, with the same results."""

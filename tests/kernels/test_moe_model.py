@@ -192,10 +192,8 @@ def test_kernelized_decode_step_under_fused_eager_joins_the_kernels(dynamic_shap
     model = dense.kernelize_dense(Qwen3MoeForCausalLM(_qwen3_moe_config()).eval().to("tpu"))
     ids = torch.randint(0, 128, (4, 6), generator=torch.Generator().manual_seed(3)).to("tpu")
     runs = {}
-    mode = torch_tpu._C._dynamic_shapes()
     torch_tpu.dynamic.forget_sizes()
-    torch_tpu.dynamic.set_mode(dynamic_shapes)
-    try:
+    with torch_tpu.dynamic.dynamic_shapes(dynamic_shapes):
         for name, fuse, join in (("strict", False, True), ("alone", True, False), ("joined", True, True)):
             previous = torch_tpu._C._set_jax_ops_join_fused(join)
             try:
@@ -205,8 +203,6 @@ def test_kernelized_decode_step_under_fused_eager_joins_the_kernels(dynamic_shap
                     runs[name] = _decode_step_executions(model, tok, out.past_key_values)
             finally:
                 torch_tpu._C._set_jax_ops_join_fused(previous)
-    finally:
-        torch_tpu.dynamic.set_mode(mode)
     (tokens, strict, kernels), (_, alone, _), (fused_tokens, joined, fused_kernels) = \
         runs["strict"], runs["alone"], runs["joined"]
     assert kernels == fused_kernels == 4 * 2
