@@ -80,7 +80,9 @@ Reduction Prepare(const ReduceOp& op) {
     r.op = ReduceOp(ReduceOp::SUM);
     r.average = true;
   } else if (op.op_ == ReduceOp::PREMUL_SUM) {
-    auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+    // NCCLPreMulSumSupplement: the class's name up to torch 2.12, an alias of
+    // PreMulSumSupplement since (the GPU machine builds against 2.11).
+    auto* s = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
     TORCH_CHECK(s != nullptr, "tpu process group: PREMUL_SUM without a factor");
     r.premul = s->tensor_factor.defined() ? s->tensor_factor.to(at::kCPU)
                                           : at::scalar_tensor(s->double_factor, at::kDouble);
