@@ -294,6 +294,7 @@ PYBIND11_MODULE(_C, m) {
     torch_tpu::aten::FlushPending();  // a recorded chain still names its executables
     torch_tpu::aten::ClearFastEntries();
     torch_tpu::aten::ClearEagerExecutables();
+    torch_tpu::aten::ClearChainExecutables();
     torch_tpu::aten::ClearPaddedRowsExecutables();
     torch_tpu::aten::ClearDynamicExecutables();
     torch_tpu::aten::ClearCustomModuleExecutables();

@@ -12,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "aten/padded_layout.h"
 #include "aten/tpu.h"
 #include "runtime/launcher.h"
 
@@ -82,6 +83,7 @@ struct ArgPlan {
 // through its view, or a fresh tensor (tensor undefined).
 struct Dest {
   at::Tensor tensor;
+  bool fresh = true;  // a fresh output (tensor undefined), kept when a recorded call drops `tensor`
   size_t storage = 0;
   lowering::ViewGeometry geometry;
   int offset_param = -1;
@@ -90,6 +92,10 @@ struct Dest {
 
 struct Plan {
   std::vector<runtime::DeviceStorage*> storages;
+  // Per storage, its layout (padded_layout.h; `padded` empty: exact) when the
+  // plan was recorded (fused eager emits a chain when it runs, after its
+  // storages may have changed or gone); empty: emission reads the storages.
+  std::vector<StorageLayout> layouts;
   std::vector<int> storage_param;  // per storage, -1 if not a parameter
   std::vector<Param> params;
   std::vector<TensorIn> inputs;
@@ -104,6 +110,7 @@ struct Plan {
   std::pair<size_t, size_t> dest_span{0, 0};
   int device = -1;
   bool any_f64 = false;
+  bool fp32_highest = false;  // float32 matmul precision "highest" (in `key`)
 };
 
 // PyTorch's description of one result.
@@ -188,6 +195,7 @@ const std::vector<OutputSpec>* DynamicSpecs(const std::string& key);
 // that holds them, so that the next call of each signature compiles again
 // (the runtime's key cache is dropped by its owner).
 void ClearEagerExecutables();    // eager.cpp: the exact-shape cache
+void ClearChainExecutables();    // fused.cpp: fused chains'
 void ClearFastEntries();         // call_fast.cpp
 void ClearPaddedRowsExecutables();  // padded_rows.cpp
 void ClearDynamicExecutables();  // dynamic.cpp: bounded-dynamic ones, their specs and failures

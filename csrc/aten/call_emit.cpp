@@ -16,24 +16,38 @@ using lowering::Arg;
 
 namespace {
 
+// Storage `s`'s layout: recorded with the plan, or the storage's own.
+StorageLayout LayoutOf(const Plan& plan, size_t s) {
+  if (!plan.layouts.empty()) return plan.layouts[s];
+  const runtime::DeviceStorage& st = *plan.storages[s];
+  return StorageLayout{st.real_shape, st.padded_shape};
+}
+
+int64_t Elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 // Whether storage `s`'s parameter is its whole padded buffer (not a value of
 // its numel() real elements, e.g. in a fused chain).
 bool IsPaddedBuffer(const Plan& plan, const std::vector<Value>& params, size_t s) {
-  const runtime::DeviceStorage& st = *plan.storages[s];
-  if (!st.padded() || plan.storage_param[s] < 0) return false;
+  if (plan.storage_param[s] < 0) return false;
+  const StorageLayout st = LayoutOf(plan, s);
+  if (st.padded.empty()) return false;
   const Value& v = params[plan.storage_param[s]];
-  return v.rank() == 1 && v.shape()[0] == st.buffer_numel();
+  return v.rank() == 1 && v.shape()[0] == Elements(st.padded);
 }
 
 // Storage `s`'s value: its parameter, or the real elements of a padded one
 // (runtime.h: the front of each dim of its padded shape), flat.
 Value StorageValue(const Plan& plan, hlo::Builder& b, const std::vector<Value>& params, size_t s) {
   Value v = params[plan.storage_param[s]];
-  const runtime::DeviceStorage& st = *plan.storages[s];
   if (!IsPaddedBuffer(plan, params, s)) return v;
-  std::vector<int64_t> start(st.real_shape.size(), 0), step(st.real_shape.size(), 1);
-  v = b.Slice(b.Reshape(v, st.padded_shape), start, st.real_shape, step);
-  return b.Reshape(v, {st.numel()});
+  const StorageLayout st = LayoutOf(plan, s);
+  std::vector<int64_t> start(st.real.size(), 0), step(st.real.size(), 1);
+  v = b.Slice(b.Reshape(v, st.padded), start, st.real, step);
+  return b.Reshape(v, {Elements(st.real)});
 }
 
 // The written value `flat` (numel() elements) laid back into storage `s`'s
@@ -42,11 +56,11 @@ Value StorageValue(const Plan& plan, hlo::Builder& b, const std::vector<Value>& 
 Value RepaddedValue(const Plan& plan, hlo::Builder& b, const std::vector<Value>& params, size_t s,
                     Value flat) {
   if (!IsPaddedBuffer(plan, params, s)) return flat;
-  const runtime::DeviceStorage& st = *plan.storages[s];
+  const StorageLayout st = LayoutOf(plan, s);
   Value whole = params[plan.storage_param[s]];
-  std::vector<Value> origin(st.padded_shape.size(), b.ConstantInt(ElementType::I64, 0));
-  Value updated = b.DynamicUpdateSlice(b.Reshape(whole, st.padded_shape), b.Reshape(flat, st.real_shape), origin);
-  return b.Reshape(updated, {st.buffer_numel()});
+  std::vector<Value> origin(st.padded.size(), b.ConstantInt(ElementType::I64, 0));
+  Value updated = b.DynamicUpdateSlice(b.Reshape(whole, st.padded), b.Reshape(flat, st.real), origin);
+  return b.Reshape(updated, {Elements(st.padded)});
 }
 
 Value Read(const Plan& plan, hlo::Builder& b, const std::vector<Value>& params, int idx) {
@@ -105,7 +119,7 @@ Emitted EmitCall(const Call& call, hlo::Builder& b, const std::vector<Value>& pa
   const std::string& name = call.desc->name;
   lowering::Context ctx{b};
   ctx.op = name;
-  ctx.fp32_highest = at::globalContext().float32MatmulPrecision() == at::Float32MatmulPrecision::HIGHEST;
+  ctx.fp32_highest = plan.fp32_highest;
   for (const auto& s : call.specs)
     ctx.outputs.push_back(TensorType{ToElementType(s.dtype, name.c_str()), s.sizes});
   std::vector<Value> results = DefinedResults(call, call.desc->rule->rule(ctx, RuleArgs(plan, b, params, reads)));
@@ -119,7 +133,7 @@ Emitted EmitCall(const Call& call, hlo::Builder& b, const std::vector<Value>& pa
                 " but PyTorch expects shape [", hlo::Ints(call.specs[i].sizes), "]");
     const Dest& d = plan.dests[i];
     v = b.Convert(v, d.dtype);
-    if (!d.tensor.defined()) {
+    if (d.fresh) {
       e.fresh_results.push_back(v);
       e.fresh_values.push_back(FreshStorageValue(b, call.specs[i], v));
       continue;

@@ -157,6 +157,7 @@ void PlanDestinations(Plan& plan, const OpDesc& desc, const std::vector<c10::IVa
   for (const at::Tensor& t : plan.dest_tensors) {
     Dest d;
     d.tensor = t;
+    d.fresh = false;
     d.dtype = ToElementType(t.scalar_type(), name.c_str());
     DeviceStorage* s = StorageOf(t);
     PrepareForOp(s, d.dtype);
@@ -181,9 +182,8 @@ void PlanDestinations(Plan& plan, const OpDesc& desc, const std::vector<c10::IVa
 // width of scalars, the device, and (without tensor inputs) scalar values.
 void FinishKey(Plan& plan) {
   // fp32 matmul precision is baked into dot_general.
-  plan.key += at::globalContext().float32MatmulPrecision() == at::Float32MatmulPrecision::HIGHEST
-                  ? "|hi"
-                  : "|lo";
+  plan.fp32_highest = at::globalContext().float32MatmulPrecision() == at::Float32MatmulPrecision::HIGHEST;
+  plan.key += plan.fp32_highest ? "|hi" : "|lo";
   // Without tensor inputs (arange.out and the like) scalars can decide the
   // output shape, which meta computes once per key: make them part of it.
   if (plan.inputs.empty()) {

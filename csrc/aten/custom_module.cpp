@@ -123,10 +123,10 @@ std::map<size_t, size_t> DonationTargets(const std::vector<at::Tensor>& inputs,
 // The module's call on flat storage values: each reshaped to its input's
 // sizes, one func.call of the embedded @main, the results flattened.
 std::vector<Value> EmitModuleCall(hlo::Builder& b, const std::string& text,
-                                  const std::vector<at::Tensor>& inputs, std::vector<Value> flat_inputs,
-                                  const std::vector<OutputSpec>& outputs) {
+                                  const std::vector<std::vector<int64_t>>& input_sizes,
+                                  std::vector<Value> flat_inputs, const std::vector<OutputSpec>& outputs) {
   std::vector<Value> args;
-  for (size_t i = 0; i < inputs.size(); ++i) args.push_back(b.Reshape(flat_inputs[i], inputs[i].sizes().vec()));
+  for (size_t i = 0; i < input_sizes.size(); ++i) args.push_back(b.Reshape(flat_inputs[i], input_sizes[i]));
   std::vector<TensorType> types;
   for (const auto& o : outputs) types.push_back(TensorType{o.dtype, o.shape});
   std::vector<Value> results = b.Call(b.EmbedModule(text), args, types);
@@ -134,6 +134,12 @@ std::vector<Value> EmitModuleCall(hlo::Builder& b, const std::string& text,
   for (size_t i = 0; i < results.size(); ++i)
     flat.push_back(b.Reshape(results[i], {Numel(outputs[i].shape)}));
   return flat;
+}
+
+std::vector<std::vector<int64_t>> SizesOf(const std::vector<at::Tensor>& tensors) {
+  std::vector<std::vector<int64_t>> sizes;
+  for (const at::Tensor& t : tensors) sizes.push_back(t.sizes().vec());
+  return sizes;
 }
 
 // The wrapper run alone: whole-storage parameters, the module's call.
@@ -149,7 +155,7 @@ std::string WrapperText(const std::string& text, const std::vector<at::Tensor>& 
         alias == aliases.end() ? "" : "tf.aliasing_output = " + std::to_string(alias->second) + " : i32";
     params.push_back(b.Parameter(TensorType{t, {inputs[i].numel()}}, attrs));
   }
-  b.Return(EmitModuleCall(b, text, inputs, std::move(params), outputs));
+  b.Return(EmitModuleCall(b, text, SizesOf(inputs), std::move(params), outputs));
   return b.ToText();
 }
 
@@ -327,8 +333,10 @@ std::optional<std::vector<at::Tensor>> RecordPrepared(const PreparedModule& m, i
   r.device = device;
   r.inputs = dense;
   for (const auto& o : m.outputs) r.outputs.push_back(TensorType{o.dtype, o.shape});
-  r.emit = [&](hlo::Builder& b, const std::vector<Value>& flat) {
-    return EmitModuleCall(b, m.text, dense, flat, m.outputs);
+  // The chain emits it when it runs: the closure owns what it reads.
+  r.emit = [text = m.text, sizes = SizesOf(dense), outputs = m.outputs](hlo::Builder& b,
+                                                                        const std::vector<Value>& flat) {
+    return EmitModuleCall(b, text, sizes, flat, outputs);
   };
   std::optional<std::vector<at::Tensor>> out = RecordModule(r);
   if (out) ++GetRuntime().stats().native_ops["jax_op"];

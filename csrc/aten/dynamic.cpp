@@ -829,7 +829,10 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
   bucket_call.specs = bucket_specs;
   for (auto& in : bucket_call.plan.inputs) in.buffer_geometry.reset();  // storages may be re-laid out
   // In-place destinations take the result as their new buffer: fresh values.
-  for (auto& d : bucket_call.plan.dests) d.tensor = at::Tensor();
+  for (auto& d : bucket_call.plan.dests) {
+    d.tensor = at::Tensor();
+    d.fresh = true;
+  }
   bucket_call.written.clear();
   Emitted e = EmitCall(bucket_call, b, params, &reads);
   if (!e.written_values.empty()) throw lowering::Unsupported("dynamic: op with writes");

@@ -1,12 +1,19 @@
 // Fused eager (TORCH_TPU_DEFER_AND_FUSE=1 or torch_tpu.fused()): calls are
-// recorded into one module instead of running one by one, and the chain
-// runs as one executable when a value is needed (a sync point, a CPU
-// fallback, TORCH_TPU_FUSE_MAX_OPS ops). Storage values produced by recorded
-// calls are `pending` values of the module; storages read before being
-// written are parameters bound to their buffers at record time.
+// recorded into a chain instead of running one by one, and the chain runs as
+// one executable when a value is needed (a sync point, a CPU fallback,
+// TORCH_TPU_FUSE_MAX_OPS ops). Storage values produced by recorded calls are
+// `pending`: numbered values (slots) of the chain; storages read before
+// being written are parameters bound to their buffers at record time.
+//
+// Recording keeps each call's plan and keys it; it emits nothing. The chain's
+// key (its calls' keys and how their inputs are bound) names its executable:
+// only a chain never seen before is emitted into a module (each call through
+// its rule, as strict eager emits it) and compiled. A warm chain costs its
+// calls' plans and one launch, not a module's text per call.
 #include <algorithm>
 #include <atomic>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "aten/call.h"
 #include "aten/fused.h"
@@ -18,21 +25,50 @@ using runtime::DeviceStorage;
 
 namespace {
 
+using ModuleEmitter = std::function<std::vector<Value>(hlo::Builder&, const std::vector<Value>&)>;
+
+// Where a recorded op's input comes from: a value the chain computed before
+// it (a slot), or one of the chain's parameters.
+struct Source {
+  bool computed = false;
+  int index = 0;
+};
+
+// One recorded op: an ATen call, emitted by its rule, or a module (a jax_op).
+struct RecordedOp {
+  std::optional<Call> call;
+  ModuleEmitter emit;
+  std::vector<Source> inputs;  // per plan parameter (a call) or input (a module)
+  std::vector<int> results;    // slots: written storages then fresh outputs; or the module's outputs
+};
+
 struct Recorder {
-  std::unique_ptr<hlo::Builder> b;
+  bool open = false;
   int device = -1;
   std::string key;
-  size_t num_ops = 0;
+  std::vector<RecordedOp> ops;
+  int slots = 0;                                          // values computed so far
   std::vector<runtime::LaunchParam> args;                 // per parameter
-  std::vector<Value> param_values;                        // per parameter
+  std::vector<hlo::TensorType> param_types;               // per parameter
   std::unordered_map<DeviceStorage*, int> storage_param;  // storage -> parameter
   std::vector<DeviceStorage*> pending;                    // storages with new values
-  std::vector<std::pair<Value, std::string>> checks;
 };
 
 Recorder& Rec() {
   static auto* r = new Recorder();
   return *r;
+}
+
+// A chain's executable and the messages of its device assertions (results
+// after the pending storages' values). exe null: the chain has no results.
+struct Chain {
+  pjrt::ExecutablePtr exe;
+  std::vector<std::string> checks;
+};
+
+std::unordered_map<std::string, Chain>& Chains() {
+  static auto* m = new std::unordered_map<std::string, Chain>();
+  return *m;
 }
 
 // Process-wide (autograd runs backward ops on its own device thread, and they
@@ -55,16 +91,17 @@ size_t MaxChain() {
   return n;
 }
 
-Value PendingValue(const DeviceStorage* s) {
-  Value v;
-  v.id = s->pending_value;
-  v.type = hlo::TensorType{s->dtype, {s->numel()}};
-  return v;
+void Open(Recorder& rec, int device) {
+  if (rec.open) return;
+  rec.open = true;
+  rec.device = device;
 }
 
-void MarkPending(Recorder& rec, DeviceStorage* s, Value v) {
+// The storage's new value is the next slot.
+int MarkPending(Recorder& rec, DeviceStorage* s) {
   if (!s->pending()) rec.pending.push_back(s);
-  s->pending_value = v.id;
+  s->pending_value = rec.slots++;
+  return s->pending_value;
 }
 
 // The chain's parameter holding the storage's buffer. A storage whose buffer
@@ -74,106 +111,181 @@ void MarkPending(Recorder& rec, DeviceStorage* s, Value v) {
 int StorageParameter(Recorder& rec, DeviceStorage* s, const hlo::TensorType& type) {
   auto it = rec.storage_param.find(s);
   if (it != rec.storage_param.end() && rec.args[it->second].buffer == s->buffer) return it->second;
-  int index = rec.b->num_parameters();
+  int index = static_cast<int>(rec.args.size());
   rec.storage_param[s] = index;
-  rec.param_values.push_back(rec.b->Parameter(type));
+  rec.param_types.push_back(type);
   rec.args.push_back(runtime::LaunchParam::Of(s->buffer));
   return index;
 }
 
-// The module parameter (or pending value) for each plan parameter.
-std::vector<Value> BindParams(Recorder& rec, const Plan& plan, std::string* key) {
-  std::vector<Value> params;
+Source Computed(const DeviceStorage* s, std::string* key) {
+  *key += "v" + std::to_string(s->pending_value) + ",";
+  return Source{true, s->pending_value};
+}
+
+Source Parameter(int index, std::string* key) {
+  *key += "p" + std::to_string(index) + ",";
+  return Source{false, index};
+}
+
+// Where each plan parameter comes from: a pending value or a chain parameter.
+std::vector<Source> BindParams(Recorder& rec, const Plan& plan, std::string* key) {
+  std::vector<Source> sources;
+  sources.reserve(plan.params.size());
   for (const Param& q : plan.params) {
     if (q.kind == Param::Kind::Storage) {
       DeviceStorage* st = plan.storages[q.storage];
-      if (st->pending()) {
-        params.push_back(PendingValue(st));
-        *key += "v" + std::to_string(st->pending_value) + ",";
-        continue;
-      }
-      int index = StorageParameter(rec, st, ParamType(plan, q));
-      params.push_back(rec.param_values[index]);
-      *key += "p" + std::to_string(index) + ",";
+      sources.push_back(st->pending() ? Computed(st, key) : Parameter(StorageParameter(rec, st, ParamType(plan, q)), key));
       continue;
     }
-    int index = rec.b->num_parameters();
-    rec.param_values.push_back(rec.b->Parameter(ParamType(plan, q)));
-    params.push_back(rec.param_values.back());
+    rec.param_types.push_back(ParamType(plan, q));
     rec.args.push_back(LaunchValue(plan, q));
-    *key += "p" + std::to_string(index) + ",";
+    sources.push_back(Parameter(static_cast<int>(rec.args.size()) - 1, key));
   }
-  return params;
+  return sources;
 }
 
 void ClearPending(const std::vector<DeviceStorage*>& storages) {
   for (DeviceStorage* s : storages) s->pending_value = -1;
 }
 
-// The chain's value of each input: its pending value, or a parameter bound
-// to its buffer (compacted, of the input's dtype). Prepares every storage
+// Where each input comes from: its pending value, or a parameter bound to
+// its buffer (compacted, of the input's dtype). Prepares every storage
 // first: preparing one may flush the chain, after which none is pending.
-std::vector<Value> BindInputs(Recorder& rec, const std::vector<at::Tensor>& inputs, std::string* key) {
+std::vector<Source> BindInputs(Recorder& rec, const std::vector<at::Tensor>& inputs, std::string* key) {
   std::vector<hlo::ElementType> types;
   for (const at::Tensor& t : inputs) {
     types.push_back(ToElementType(t.scalar_type(), "fused chain input"));
     if (!PendingUsable(StorageOf(t), types.back())) PrepareStorage(StorageOf(t), types.back());
   }
-  std::vector<Value> values;
+  std::vector<Source> sources;
   for (size_t i = 0; i < inputs.size(); ++i) {
     DeviceStorage* s = StorageOf(inputs[i]);
     if (PendingUsable(s, types[i])) {
-      values.push_back(PendingValue(s));
-      *key += "v" + std::to_string(s->pending_value) + ",";
+      sources.push_back(Computed(s, key));
       continue;
     }
     PrepareStorage(s, types[i]);  // not pending: never flushes
-    if (!rec.b) rec.b = std::make_unique<hlo::Builder>("fused");
-    int index = StorageParameter(rec, s, hlo::TensorType{s->dtype, {s->buffer_numel()}});
-    values.push_back(rec.param_values[index]);
-    *key += "p" + std::to_string(index) + ",";
+    sources.push_back(Parameter(StorageParameter(rec, s, hlo::TensorType{s->dtype, {s->buffer_numel()}}), key));
   }
-  return values;
+  return sources;
+}
+
+// Rules a chain has emitted before: later calls of the same key are only
+// recorded (their emission cannot raise: no CPU fallback is lost).
+std::unordered_set<std::string>& EmittedKeys() {
+  static auto* keys = new std::unordered_set<std::string>();
+  return *keys;
+}
+
+// The first call of a key is emitted alone, at once, as strict eager would
+// compile it, so that a rule that cannot lower these arguments raises here
+// (the op falls back to the CPU) and not when the chain runs.
+void CheckEmits(const Call& call) {
+  if (EmittedKeys().count(call.plan.key)) return;
+  hlo::Builder b("check");
+  std::vector<Value> params;
+  for (const Param& q : call.plan.params) params.push_back(b.Parameter(ParamType(call.plan, q)));
+  EmitCall(call, b, params);
+  EmittedKeys().insert(call.plan.key);
+}
+
+// The call as the chain keeps it: its storages' layouts recorded, no
+// tensors held (a destination freed before the chain runs is no result).
+Call Kept(Call call) {
+  for (DeviceStorage* s : call.plan.storages) call.plan.layouts.push_back(StorageLayout{s->real_shape, s->padded_shape});
+  for (Dest& d : call.plan.dests) d.tensor = at::Tensor();
+  call.plan.dest_tensors.clear();
+  call.cached_specs = nullptr;
+  call.computed_specs.clear();
+  return call;
+}
+
+// Emits one recorded op, its results into their slots.
+void EmitOp(hlo::Builder& b, const RecordedOp& op, const std::vector<Value>& params, std::vector<Value>* slots,
+            std::vector<std::pair<Value, std::string>>* checks) {
+  std::vector<Value> inputs;
+  for (const Source& s : op.inputs) inputs.push_back(s.computed ? (*slots)[s.index] : params[s.index]);
+  std::vector<Value> results;
+  if (op.call) {
+    Emitted e = EmitCall(*op.call, b, inputs);
+    results = e.written_values;
+    results.insert(results.end(), e.fresh_values.begin(), e.fresh_values.end());
+    for (const auto& c : e.checks) checks->emplace_back(c.ok, op.call->desc->name + ": " + c.message);
+  } else {
+    results = op.emit(b, inputs);
+  }
+  for (size_t k = 0; k < op.results.size(); ++k) (*slots)[op.results[k]] = results.at(k);
+}
+
+// The chain's module: its ops in order; results: the pending storages'
+// values (each aliased to its storage's parameter, aliases[k] >= 0), then
+// the assertions. Returns "" when it has no results.
+std::string EmitChain(const Recorder& r, const std::vector<int>& aliases, std::vector<std::string>* messages) {
+  hlo::Builder b("fused");
+  std::vector<Value> params;
+  for (const hlo::TensorType& t : r.param_types) params.push_back(b.Parameter(t));
+  std::vector<Value> slots(static_cast<size_t>(r.slots));
+  std::vector<std::pair<Value, std::string>> checks;
+  for (const RecordedOp& op : r.ops) EmitOp(b, op, params, &slots, &checks);
+  std::vector<Value> outs;
+  for (size_t k = 0; k < r.pending.size(); ++k) {
+    outs.push_back(slots[static_cast<size_t>(r.pending[k]->pending_value)]);
+    if (aliases[k] >= 0) b.SetParameterAttrs(aliases[k], "tf.aliasing_output = " + std::to_string(k) + " : i32");
+  }
+  for (const auto& c : checks) {
+    outs.push_back(c.first);
+    messages->push_back(c.second);
+  }
+  if (outs.empty()) return "";
+  b.Return(outs);
+  return b.ToText();
+}
+
+// The chain's executable: known, or emitted and compiled (or loaded).
+const Chain& ChainFor(const Recorder& r, const std::string& key, const std::vector<int>& aliases) {
+  auto& rt = GetRuntime();
+  auto& chains = Chains();
+  auto found = chains.find(key);
+  if (found != chains.end()) {
+    ++rt.stats().cache_hits;
+    return found->second;
+  }
+  Chain chain;
+  std::string text = EmitChain(r, aliases, &chain.checks);
+  if (!text.empty()) chain.exe = rt.GetOrCompile(key, r.device, [&] { return std::move(text); });
+  return chains[key] = std::move(chain);
 }
 
 // Runs a taken recording: results are the pending storages' new values
 // (each aliased to its parameter, which is donated), then the assertions.
 void RunRecording(Recorder& r) {
-  auto& rt = GetRuntime();
-  std::vector<Value> outs;
   std::string key = r.key + "|out:";
-  for (size_t k = 0; k < r.pending.size(); ++k) {
-    DeviceStorage* s = r.pending[k];
-    outs.push_back(PendingValue(s));
+  std::vector<int> aliases;
+  for (DeviceStorage* s : r.pending) {
     key += std::to_string(s->pending_value) + ",";
     auto it = r.storage_param.find(s);
-    if (it != r.storage_param.end()) {
-      r.b->SetParameterAttrs(it->second, "tf.aliasing_output = " + std::to_string(k) + " : i32");
-      r.args[it->second].donate = true;
-      key += "a" + std::to_string(it->second) + ",";
-    }
+    aliases.push_back(it == r.storage_param.end() ? -1 : it->second);
+    if (aliases.back() < 0) continue;
+    r.args[it->second].donate = true;
+    key += "a" + std::to_string(it->second) + ",";
   }
-  std::vector<std::string> messages;
-  for (const auto& c : r.checks) {
-    outs.push_back(c.first);
-    messages.push_back(c.second);
-  }
-  if (outs.empty()) return ClearPending(r.pending);
-  r.b->Return(outs);
   static const std::string op = "fused chain";
-  runtime::Launch launch;
-  launch.device = r.device;
-  launch.op = &op;
-  launch.params = std::move(r.args);
-  launch.checks = &messages;
-  for (DeviceStorage* s : r.pending) {
-    launch.results.push_back(s);
-    launch.result_types.push_back(s->dtype);
-  }
   try {
-    auto exe = rt.GetOrCompile(key, r.device, [&] { return r.b->ToText(); });
-    launch.exe = exe.get();
-    runtime::Run(rt, launch);
+    const Chain& chain = ChainFor(r, key, aliases);
+    if (chain.exe) {
+      runtime::Launch launch;
+      launch.exe = chain.exe.get();
+      launch.device = r.device;
+      launch.op = &op;
+      launch.params = std::move(r.args);
+      launch.checks = &chain.checks;
+      for (DeviceStorage* s : r.pending) {
+        launch.results.push_back(s);
+        launch.result_types.push_back(s->dtype);
+      }
+      runtime::Run(GetRuntime(), launch);
+    }
   } catch (...) {
     ClearPending(r.pending);
     throw;
@@ -192,7 +304,7 @@ bool PendingUsable(const DeviceStorage* s, hlo::ElementType t) {
 void SettleRecordingFor(const Call& call) {
   const Plan& plan = call.plan;
   Recorder& rec = Rec();
-  if (!rec.b) return;
+  if (!rec.open) return;
   bool settle = std::any_of(plan.storages.begin(), plan.storages.end(),
                             [](const DeviceStorage* s) { return s->pending(); });
   for (size_t w : call.written) settle |= rec.storage_param.count(plan.storages[w]) > 0;
@@ -211,60 +323,55 @@ bool CompactForRecording(const Call& call) {
 }
 
 std::vector<c10::IValue> RecordCall(Call& call) {
-  const Plan& plan = call.plan;
   Recorder& rec = Rec();
-  if (rec.b && rec.device != plan.device) FlushPending();
-  if (!rec.b) {
-    rec.b = std::make_unique<hlo::Builder>("fused");
-    rec.device = plan.device;
-  }
-  std::string key = plan.key + "#";
-  std::vector<Value> params = BindParams(rec, plan, &key);
-  Emitted e = EmitCall(call, *rec.b, params);
+  if (rec.open && rec.device != call.plan.device) FlushPending();
+  CheckEmits(call);
+  Open(rec, call.plan.device);
+  RecordedOp op;
+  std::string key = call.plan.key + "#";
+  op.inputs = BindParams(rec, call.plan, &key);
   rec.key += key + ";";
-  ++rec.num_ops;
-  for (size_t k = 0; k < call.written.size(); ++k)
-    MarkPending(rec, plan.storages[call.written[k]], e.written_values[k]);
-  for (const auto& c : e.checks) rec.checks.emplace_back(c.ok, call.desc->name + ": " + c.message);
+  for (size_t w : call.written) op.results.push_back(MarkPending(rec, call.plan.storages[w]));
   CountNative(*call.desc);
   std::vector<c10::IValue> results;
-  size_t fresh = 0;
   for (size_t i = 0; i < call.specs.size(); ++i) {
-    if (plan.dests[i].tensor.defined()) {
-      results.push_back(plan.dests[i].tensor);
+    if (!call.plan.dests[i].fresh) {
+      results.push_back(call.plan.dests[i].tensor);
       continue;
     }
     at::Tensor t = FreshTensor(call, i);
-    MarkPending(rec, StorageOf(t), e.fresh_values[fresh++]);
+    op.results.push_back(MarkPending(rec, StorageOf(t)));
     results.push_back(t);
   }
-  if (rec.num_ops >= MaxChain()) FlushPending();
-  return WithUndefined(call, std::move(results));
+  results = WithUndefined(call, std::move(results));
+  op.call = Kept(std::move(call));
+  rec.ops.push_back(std::move(op));
+  if (rec.ops.size() >= MaxChain()) FlushPending();
+  return results;
 }
 
 std::optional<std::vector<at::Tensor>> RecordModule(const RecordedModule& m) {
   if (!Recording()) return std::nullopt;
   Recorder& rec = Rec();
-  if (rec.b && rec.device != m.device) FlushPending();
+  if (rec.open && rec.device != m.device) FlushPending();
+  RecordedOp op;
   std::string key = m.key + "#";
-  std::vector<Value> inputs = BindInputs(rec, m.inputs, &key);
-  if (!rec.b) rec.b = std::make_unique<hlo::Builder>("fused");
-  rec.device = m.device;
-  std::vector<Value> outs = m.emit(*rec.b, inputs);
+  op.inputs = BindInputs(rec, m.inputs, &key);  // may run the chain recorded so far
+  Open(rec, m.device);
+  op.emit = m.emit;
   rec.key += key + ";";
-  ++rec.num_ops;
   std::vector<at::Tensor> results;
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, m.device));
-  for (size_t i = 0; i < m.outputs.size(); ++i) {
-    const hlo::TensorType& type = m.outputs[i];
+  for (const hlo::TensorType& type : m.outputs) {
     at::Tensor t = at::detail::empty_generic(type.shape, DeviceAllocator(),
                                              c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                              ToScalarType(type.dtype), std::nullopt);
     StorageOf(t)->dtype = type.dtype;
-    MarkPending(rec, StorageOf(t), outs.at(i));
+    op.results.push_back(MarkPending(rec, StorageOf(t)));
     results.push_back(t);
   }
-  if (rec.num_ops >= MaxChain()) FlushPending();
+  rec.ops.push_back(std::move(op));
+  if (rec.ops.size() >= MaxChain()) FlushPending();
   return results;
 }
 
@@ -274,6 +381,8 @@ void SetFusion(bool enabled) {
   g_fusion_override = enabled ? 1 : 0;
 }
 
+void ClearChainExecutables() { Chains().clear(); }
+
 bool FusionEnabled() {
   int v = g_fusion_override.load();
   return v >= 0 ? v == 1 : FusionFromEnv();
@@ -281,7 +390,7 @@ bool FusionEnabled() {
 
 bool ForgetStorage(DeviceStorage* s) {
   Recorder& rec = Rec();
-  if (!rec.b) return false;
+  if (!rec.open && rec.args.empty()) return false;
   bool held = rec.storage_param.erase(s) > 0;  // its buffer stays alive in rec.args
   if (s->pending()) rec.pending.erase(std::find(rec.pending.begin(), rec.pending.end(), s));
   return held;
@@ -293,7 +402,7 @@ void FlushPending() {
     ~Settle() { SettleDeferredStorages(); }
   } settle;
   Recorder& rec = Rec();
-  if (!rec.b) return;
+  if (!rec.open) return;
   // Take the recording first: anything below may re-enter (allocations).
   Recorder r = std::move(rec);
   rec = Recorder();

@@ -19,7 +19,9 @@ struct RecordedModule {
   std::vector<at::Tensor> inputs;  // whole, contiguous tpu tensors
   std::vector<hlo::TensorType> outputs;
   // Builds the call: gets each input's storage value (1-D, numel elements of
-  // the input's dtype), returns each output's value flattened to 1-D.
+  // the input's dtype), returns each output's value flattened to 1-D. Kept
+  // until the chain runs, and called only if the chain's executable is not
+  // known yet: it must own what it reads (capture by value).
   std::function<std::vector<hlo::Value>(hlo::Builder&, const std::vector<hlo::Value>&)> emit;
 };
 

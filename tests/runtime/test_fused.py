@@ -82,6 +82,37 @@ def test_sync_points_inside_fused_mode():
         torch.tpu.synchronize()
 
 
+def test_a_rule_that_cannot_lower_its_arguments_falls_back_mid_chain():
+    """A chain is emitted when it first runs, long after its calls were
+    recorded; the first call of each signature is emitted at once, so a rule
+    that cannot lower its arguments (bessel_j0 in float64) still takes the CPU
+    fallback in the middle of a chain, every time it is called."""
+    x = torch.linspace(0.5, 4, 7, dtype=torch.float64)
+    torch_tpu.debug.reset_stats()
+    with torch_tpu.fused():
+        for _ in range(2):
+            got = torch.special.bessel_j0(x.to("tpu") * 2) + 1
+            torch.testing.assert_close(got.cpu(), torch.special.bessel_j0(x * 2) + 1)
+    assert torch_tpu.debug.stats()["fallbacks"] == {"special_bessel_j0.out": 2}
+
+
+def test_a_destination_freed_before_the_flush_is_no_result():
+    """Recorded calls hold no tensors: an in-place destination that dies
+    before its chain runs is not one of the chain's results, and the values
+    that are stay right."""
+    def program(dev):
+        kept = torch.arange(6.0, device=dev)
+        for _ in range(3):
+            gone = kept * 2
+            gone.add_(1)  # written in place, then freed before the flush
+            kept = kept + gone.sum()
+        return kept
+
+    with torch_tpu.fused():
+        got = program("tpu").cpu()
+    torch.testing.assert_close(got, program("cpu"))
+
+
 def test_temporaries_freed_before_the_flush():
     with torch_tpu.fused():
         x = torch.randn(8, device="tpu")
