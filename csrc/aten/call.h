@@ -201,8 +201,23 @@ void ClearPaddedRowsExecutables();  // padded_rows.cpp
 void ClearDynamicExecutables();  // dynamic.cpp: bounded-dynamic ones, their specs and failures
 void ClearHostFactorySizes();    // host_factory.cpp: which factories compiled a size
 
+// ---- fused eager's record of a call (fused.cpp)
+// A call as a fused chain keeps it: emitted only when the chain's executable
+// is not known, maybe after its storages changed or went.
+struct KeptCall {
+  Call call;                                 // storages' layouts recorded, no tensors held
+  std::vector<hlo::TensorType> param_types;  // per plan parameter
+};
+// One plan parameter of a recorded call: a storage it reads (bound to the
+// chain's pending value or to the storage's buffer), or a runtime value.
+struct KnownParam {
+  runtime::DeviceStorage* storage = nullptr;
+  runtime::LaunchParam value;
+};
+
 // ---- the hit path (call_fast.cpp): a cached functional call launched
-// straight from its arguments, by a fingerprint of its signature.
+// straight from its arguments, by a fingerprint of its signature; in fused
+// eager, a signature recorded before is recorded again the same way.
 using Fingerprint = c10::SmallVector<int64_t, 48>;
 class FastCall {
  public:
@@ -213,9 +228,12 @@ class FastCall {
   // After a full-path cache hit of the same call: remembers its signature.
   void Remember(const Call& call, const pjrt::ExecutablePtr& exe, const std::vector<OutputSpec>& outputs,
                 const std::vector<std::string>& checks);
+  // After the full path recorded the same call into a fused chain.
+  void RememberRecorded(const std::shared_ptr<const KeptCall>& kept);
 
  private:
   bool eligible_ = false;
+  bool recording_ = false;
   Fingerprint fingerprint_;
   uint64_t hash_ = 0;
   int device_ = -1;
@@ -228,8 +246,13 @@ std::vector<c10::IValue> WithUndefined(const Call& call, std::vector<c10::IValue
 
 // The recorder of fused eager (fused.cpp).
 bool Recording();
-// Records the call into the fused chain; returns the op's results.
-std::vector<c10::IValue> RecordCall(Call& call);
+// Records the call into the fused chain; returns the op's results. *kept:
+// the call as the chain keeps it.
+std::vector<c10::IValue> RecordCall(Call& call, std::shared_ptr<const KeptCall>* kept = nullptr);
+// Records a functional call of a signature recorded before (its kept call)
+// with these parameters; returns its results.
+std::vector<c10::IValue> RecordKnownCall(const std::shared_ptr<const KeptCall>& kept,
+                                         const std::vector<KnownParam>& params);
 // Whether the storage's pending value can be used by an op reading it as `t`.
 bool PendingUsable(const runtime::DeviceStorage* s, hlo::ElementType t);
 // A call that runs on its own while a chain is being recorded (a bounded

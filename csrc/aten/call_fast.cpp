@@ -10,6 +10,12 @@
 // path does not know (in-place and out= ops, RNG, CPU tensors, tensor
 // lists, pending fused values, padded storages, strings, runtime floats,
 // calls without tpu tensors) takes the full path.
+//
+// Fused eager has its own entries: a functional call recorded into a chain
+// by the full path is kept (fused.cpp: KeptCall) under its fingerprint, and a
+// later call with the same fingerprint is recorded from it, its parameters
+// taken from the arguments as here (a storage pending in the chain is read
+// as its pending value), without planning it again.
 #include <ATen/EmptyTensor.h>
 #include <c10/util/SmallVector.h>
 
@@ -50,6 +56,18 @@ std::unordered_map<uint64_t, FastEntry>& Entries() {
   return *m;
 }
 
+// A signature fused eager recorded before.
+struct RecordEntry {
+  std::vector<int64_t> fingerprint;
+  std::shared_ptr<const KeptCall> kept;
+  std::vector<Source> sources;  // per plan parameter
+};
+
+std::unordered_map<uint64_t, RecordEntry>& RecordEntries() {
+  static auto* m = new std::unordered_map<uint64_t, RecordEntry>();
+  return *m;
+}
+
 bool Same(const std::vector<int64_t>& a, const Fingerprint& b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
 }
@@ -79,11 +97,14 @@ DeviceStorage* StorageOfTensor(const at::Tensor& t) {
 // Appends what the key says of one tpu tensor; false if the hit path
 // cannot take it. `storages`: the call's storages so far (aliasing is part
 // of the signature).
-bool TensorPrint(const at::Tensor& t, const OpDesc& desc, Storages& storages, Fingerprint* fp) {
+// `recording`: a storage pending in the fused chain is taken (its value is
+// the chain's).
+bool TensorPrint(const at::Tensor& t, const OpDesc& desc, bool recording, Storages& storages,
+                 Fingerprint* fp) {
   if (t.device().type() != c10::DeviceType::PrivateUse1) return false;
   DeviceStorage* s = StorageOfTensor(t);
   ElementType dtype = ToElementType(t.scalar_type(), desc.name.c_str());
-  if (s->pending() || s->padded() || !s->buffer || s->dtype != dtype) return false;
+  if (s->padded() || s->dtype != dtype || !(s->pending() ? recording : s->buffer != nullptr)) return false;
   size_t index = std::find(storages.begin(), storages.end(), s) - storages.begin();
   if (index == storages.size()) storages.push_back(s);
   fp->push_back(static_cast<int64_t>(dtype));
@@ -98,8 +119,8 @@ bool TensorPrint(const at::Tensor& t, const OpDesc& desc, Storages& storages, Fi
 }
 
 // Appends argument i's part of the signature; false if the hit path cannot take it.
-bool ArgPrint(const OpDesc& desc, const c10::Argument& a, const c10::IValue& v, Storages& storages,
-              Fingerprint* fp) {
+bool ArgPrint(const OpDesc& desc, const c10::Argument& a, const c10::IValue& v, bool recording,
+              Storages& storages, Fingerprint* fp) {
   if (v.isNone()) {
     fp->push_back(-1);
     return true;
@@ -108,7 +129,7 @@ bool ArgPrint(const OpDesc& desc, const c10::Argument& a, const c10::IValue& v, 
   fp->push_back(static_cast<int64_t>(kind));
   switch (kind) {
     case c10::TypeKind::TensorType:
-      return v.isTensor() && v.toTensor().defined() && TensorPrint(v.toTensor(), desc, storages, fp);
+      return v.isTensor() && v.toTensor().defined() && TensorPrint(v.toTensor(), desc, recording, storages, fp);
     case c10::TypeKind::NumberType:
       fp->push_back(ScalarCategory(v.toScalar()));
       return true;
@@ -190,6 +211,21 @@ runtime::LaunchParam ParamFrom(const Source& src, const std::vector<c10::IValue>
   return LaunchValue(no_storages, q);
 }
 
+// Parameter `src` of a recorded call: the storage it reads, or its value.
+KnownParam KnownFrom(const Source& src, const std::vector<c10::IValue>& args) {
+  KnownParam p;
+  if (src.kind == Source::Kind::Buffer) p.storage = StorageOfTensor(args[src.arg].toTensor());
+  else p.value = ParamFrom(src, args);
+  return p;
+}
+
+std::vector<c10::IValue> Record(const RecordEntry& e, const std::vector<c10::IValue>& args) {
+  std::vector<KnownParam> params;
+  params.reserve(e.sources.size());
+  for (const Source& s : e.sources) params.push_back(KnownFrom(s, args));
+  return RecordKnownCall(e.kept, params);
+}
+
 std::vector<c10::IValue> Launch(const OpDesc& desc, const FastEntry& e,
                                 const std::vector<c10::IValue>& args, int device) {
   auto& rt = GetRuntime();
@@ -226,7 +262,10 @@ std::vector<c10::IValue> Launch(const OpDesc& desc, const FastEntry& e,
 
 }  // namespace
 
-void ClearFastEntries() { Entries().clear(); }
+void ClearFastEntries() {
+  Entries().clear();
+  RecordEntries().clear();
+}
 
 std::optional<std::vector<c10::IValue>> FastCall::TryLaunch(const OpDesc& desc,
                                                             const c10::FunctionSchema& schema,
@@ -235,7 +274,8 @@ std::optional<std::vector<c10::IValue>> FastCall::TryLaunch(const OpDesc& desc,
   // Launches are queued (compiles running in the background): this call
   // is queued behind them by the full path.
   if (runtime::launch_queue::Busy()) return std::nullopt;
-  if (desc.variant != Variant::Functional || desc.rule->random() || Recording()) return std::nullopt;
+  if (desc.variant != Variant::Functional || desc.rule->random()) return std::nullopt;
+  recording_ = Recording();
   Storages storages;
   fingerprint_.clear();
   fingerprint_.push_back(reinterpret_cast<intptr_t>(&desc));
@@ -243,11 +283,17 @@ std::optional<std::vector<c10::IValue>> FastCall::TryLaunch(const OpDesc& desc,
                          at::Float32MatmulPrecision::HIGHEST);
   const auto& formals = schema.arguments();
   for (size_t i = 0; i < args.size(); ++i)
-    if (!ArgPrint(desc, formals[i], args[i], storages, &fingerprint_)) return std::nullopt;
+    if (!ArgPrint(desc, formals[i], args[i], recording_, storages, &fingerprint_)) return std::nullopt;
   if (storages.empty()) return std::nullopt;  // scalars may key the output shape
   eligible_ = true;
   hash_ = Hash(fingerprint_);
   device_ = storages[0]->device;
+  if (recording_) {
+    auto& entries = RecordEntries();
+    auto it = entries.find(hash_);
+    if (it == entries.end() || !Same(it->second.fingerprint, fingerprint_)) return std::nullopt;
+    return Record(it->second, args);
+  }
   auto& entries = Entries();
   auto it = entries.find(hash_);
   if (it == entries.end() || !Same(it->second.fingerprint, fingerprint_) || !it->second.exe)
@@ -255,9 +301,21 @@ std::optional<std::vector<c10::IValue>> FastCall::TryLaunch(const OpDesc& desc,
   return Launch(desc, it->second, args, device_);
 }
 
+void FastCall::RememberRecorded(const std::shared_ptr<const KeptCall>& kept) {
+  if (!eligible_ || !recording_ || !kept || kept->call.plan.device != device_) return;
+  const Call& call = kept->call;
+  RecordEntry e;
+  if (!call.written.empty() || !SourcesOf(call.plan, &e.sources)) return;
+  e.fingerprint.assign(fingerprint_.begin(), fingerprint_.end());
+  e.kept = kept;
+  auto& entries = RecordEntries();
+  if (entries.size() >= 8192) entries.clear();  // signatures that never repeat
+  entries[hash_] = std::move(e);
+}
+
 void FastCall::Remember(const Call& call, const pjrt::ExecutablePtr& exe,
                         const std::vector<OutputSpec>& outputs, const std::vector<std::string>& checks) {
-  if (!eligible_ || call.plan.device != device_) return;
+  if (!eligible_ || recording_ || call.plan.device != device_) return;
   FastEntry e;
   if (!SourcesOf(call.plan, &e.sources)) return;
   e.fingerprint.assign(fingerprint_.begin(), fingerprint_.end());

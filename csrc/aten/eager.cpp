@@ -233,7 +233,10 @@ std::vector<c10::IValue> RunCall(const OpDesc& desc, const c10::OperatorHandle& 
   if (recording) {
     if (CompactForRecording(call)) return RunCall(desc, op, args);  // planned again, exact
     cache.try_emplace(call.plan.key, Compiled{nullptr, call.cached(), {}}).first->second.recorded = true;
-    return RecordCall(call);
+    std::shared_ptr<const KeptCall> kept;
+    std::vector<c10::IValue> results = RecordCall(call, &kept);
+    fast.RememberRecorded(kept);  // the next call of this signature records from it
+    return results;
   }
   // Queued when launches are queued (to keep their order) or when it needs
   // a compile; a hit with nothing queued launches at once, as with no pool.

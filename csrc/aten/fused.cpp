@@ -36,7 +36,7 @@ struct Source {
 
 // One recorded op: an ATen call, emitted by its rule, or a module (a jax_op).
 struct RecordedOp {
-  std::optional<Call> call;
+  std::shared_ptr<const KeptCall> call;
   ModuleEmitter emit;
   std::vector<Source> inputs;  // per plan parameter (a call) or input (a module)
   std::vector<int> results;    // slots: written storages then fresh outputs; or the module's outputs
@@ -129,17 +129,18 @@ Source Parameter(int index, std::string* key) {
 }
 
 // Where each plan parameter comes from: a pending value or a chain parameter.
-std::vector<Source> BindParams(Recorder& rec, const Plan& plan, std::string* key) {
+std::vector<Source> BindParams(Recorder& rec, const KeptCall& kept, const std::vector<KnownParam>& params,
+                               std::string* key) {
   std::vector<Source> sources;
-  sources.reserve(plan.params.size());
-  for (const Param& q : plan.params) {
-    if (q.kind == Param::Kind::Storage) {
-      DeviceStorage* st = plan.storages[q.storage];
-      sources.push_back(st->pending() ? Computed(st, key) : Parameter(StorageParameter(rec, st, ParamType(plan, q)), key));
+  sources.reserve(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    DeviceStorage* st = params[i].storage;
+    if (st) {
+      sources.push_back(st->pending() ? Computed(st, key) : Parameter(StorageParameter(rec, st, kept.param_types[i]), key));
       continue;
     }
-    rec.param_types.push_back(ParamType(plan, q));
-    rec.args.push_back(LaunchValue(plan, q));
+    rec.param_types.push_back(kept.param_types[i]);
+    rec.args.push_back(params[i].value);
     sources.push_back(Parameter(static_cast<int>(rec.args.size()) - 1, key));
   }
   return sources;
@@ -190,15 +191,62 @@ void CheckEmits(const Call& call) {
   EmittedKeys().insert(call.plan.key);
 }
 
-// The call as the chain keeps it: its storages' layouts recorded, no
-// tensors held (a destination freed before the chain runs is no result).
-Call Kept(Call call) {
+// The call as the chain keeps it: its storages' layouts and parameter
+// types recorded, no tensors held (a destination freed before the chain runs
+// is no result).
+std::shared_ptr<const KeptCall> Keep(Call call) {
+  auto kept = std::make_shared<KeptCall>();
+  for (const Param& q : call.plan.params) kept->param_types.push_back(ParamType(call.plan, q));
   for (DeviceStorage* s : call.plan.storages) call.plan.layouts.push_back(StorageLayout{s->real_shape, s->padded_shape});
   for (Dest& d : call.plan.dests) d.tensor = at::Tensor();
   call.plan.dest_tensors.clear();
   call.cached_specs = nullptr;
   call.computed_specs.clear();
-  return call;
+  kept->call = std::move(call);
+  return kept;
+}
+
+// The plan's parameters as a recorded call binds them.
+std::vector<KnownParam> ParamsOf(const Plan& plan) {
+  std::vector<KnownParam> params(plan.params.size());
+  for (size_t i = 0; i < plan.params.size(); ++i) {
+    const Param& q = plan.params[i];
+    if (q.kind == Param::Kind::Storage) params[i].storage = plan.storages[q.storage];
+    else params[i].value = LaunchValue(plan, q);
+  }
+  return params;
+}
+
+// Records the kept call with these parameters: `written` storages take new
+// values, then each result is `dests[i]` (an existing tensor written through
+// its view) or, undefined, a fresh tensor with a new value.
+std::vector<c10::IValue> Record(const std::shared_ptr<const KeptCall>& kept, const std::vector<KnownParam>& params,
+                                const std::vector<DeviceStorage*>& written, const std::vector<at::Tensor>& dests) {
+  const Call& call = kept->call;
+  Recorder& rec = Rec();
+  if (rec.open && rec.device != call.plan.device) FlushPending();
+  Open(rec, call.plan.device);
+  RecordedOp op;
+  op.call = kept;
+  std::string key = call.plan.key + "#";
+  op.inputs = BindParams(rec, *kept, params, &key);
+  rec.key += key + ";";
+  for (DeviceStorage* s : written) op.results.push_back(MarkPending(rec, s));
+  CountNative(*call.desc);
+  std::vector<c10::IValue> results;
+  for (size_t i = 0; i < call.specs.size(); ++i) {
+    if (i < dests.size() && dests[i].defined()) {
+      results.push_back(dests[i]);
+      continue;
+    }
+    at::Tensor t = FreshTensor(call, i);
+    op.results.push_back(MarkPending(rec, StorageOf(t)));
+    results.push_back(t);
+  }
+  rec.ops.push_back(std::move(op));
+  results = WithUndefined(call, std::move(results));
+  if (rec.ops.size() >= MaxChain()) FlushPending();
+  return results;
 }
 
 // Emits one recorded op, its results into their slots.
@@ -208,10 +256,10 @@ void EmitOp(hlo::Builder& b, const RecordedOp& op, const std::vector<Value>& par
   for (const Source& s : op.inputs) inputs.push_back(s.computed ? (*slots)[s.index] : params[s.index]);
   std::vector<Value> results;
   if (op.call) {
-    Emitted e = EmitCall(*op.call, b, inputs);
+    Emitted e = EmitCall(op.call->call, b, inputs);
     results = e.written_values;
     results.insert(results.end(), e.fresh_values.begin(), e.fresh_values.end());
-    for (const auto& c : e.checks) checks->emplace_back(c.ok, op.call->desc->name + ": " + c.message);
+    for (const auto& c : e.checks) checks->emplace_back(c.ok, op.call->call.desc->name + ": " + c.message);
   } else {
     results = op.emit(b, inputs);
   }
@@ -322,32 +370,21 @@ bool CompactForRecording(const Call& call) {
   return compacted;
 }
 
-std::vector<c10::IValue> RecordCall(Call& call) {
-  Recorder& rec = Rec();
-  if (rec.open && rec.device != call.plan.device) FlushPending();
+std::vector<c10::IValue> RecordCall(Call& call, std::shared_ptr<const KeptCall>* kept) {
   CheckEmits(call);
-  Open(rec, call.plan.device);
-  RecordedOp op;
-  std::string key = call.plan.key + "#";
-  op.inputs = BindParams(rec, call.plan, &key);
-  rec.key += key + ";";
-  for (size_t w : call.written) op.results.push_back(MarkPending(rec, call.plan.storages[w]));
-  CountNative(*call.desc);
-  std::vector<c10::IValue> results;
-  for (size_t i = 0; i < call.specs.size(); ++i) {
-    if (!call.plan.dests[i].fresh) {
-      results.push_back(call.plan.dests[i].tensor);
-      continue;
-    }
-    at::Tensor t = FreshTensor(call, i);
-    op.results.push_back(MarkPending(rec, StorageOf(t)));
-    results.push_back(t);
-  }
-  results = WithUndefined(call, std::move(results));
-  op.call = Kept(std::move(call));
-  rec.ops.push_back(std::move(op));
-  if (rec.ops.size() >= MaxChain()) FlushPending();
-  return results;
+  std::vector<KnownParam> params = ParamsOf(call.plan);
+  std::vector<DeviceStorage*> written;
+  for (size_t w : call.written) written.push_back(call.plan.storages[w]);
+  std::vector<at::Tensor> dests;
+  for (const Dest& d : call.plan.dests) dests.push_back(d.fresh ? at::Tensor() : d.tensor);
+  std::shared_ptr<const KeptCall> k = Keep(std::move(call));
+  if (kept) *kept = k;
+  return Record(k, params, written, dests);
+}
+
+std::vector<c10::IValue> RecordKnownCall(const std::shared_ptr<const KeptCall>& kept,
+                                         const std::vector<KnownParam>& params) {
+  return Record(kept, params, {}, {});
 }
 
 std::optional<std::vector<at::Tensor>> RecordModule(const RecordedModule& m) {

@@ -113,6 +113,26 @@ def test_a_destination_freed_before_the_flush_is_no_result():
     torch.testing.assert_close(got, program("cpu"))
 
 
+def test_a_signature_recorded_again_takes_each_calls_values():
+    """After its first call a signature is recorded from its fingerprint,
+    without planning: its parameters come from each call's own arguments
+    (scalars, view offsets, an input pending in the chain, one storage read
+    twice), so every call's values are right."""
+    base = torch.randn(6, 8)
+
+    def program(x, k):
+        y = x * (k + 0.5)  # a new scalar per call
+        z = y[k % 3:k % 3 + 2] + x[1:3]  # a pending input at a new offset
+        w = torch.add(z, z, alpha=k)  # one storage read twice
+        return w.relu() - y.sum(0)
+
+    x = base.to("tpu")
+    with torch_tpu.fused():
+        got = [program(x, k).cpu() for k in range(5)]
+    for k, g in enumerate(got):
+        torch.testing.assert_close(g, program(base, k), rtol=1e-6, atol=1e-5)
+
+
 def test_temporaries_freed_before_the_flush():
     with torch_tpu.fused():
         x = torch.randn(8, device="tpu")
