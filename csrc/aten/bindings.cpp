@@ -193,15 +193,8 @@ py::dict Stats() {
   return d;
 }
 
-}  // namespace
-
-PYBIND11_MODULE(_C, m) {
-  m.doc() = "torch_tpu native core";
-  RegisterGraphBindings(m);
-  torch_tpu::aten::RegisterProfilerBindings(m.ptr());  // aten/profiler.h
-  torch_tpu::aten::RegisterCompileLogBindings(m.ptr());  // aten/compile_log.h
-  torch_tpu::aten::RegisterDistributedBindings(m.ptr());
-  torch_tpu::aten::RegisterCustomModuleBindings(m.ptr());
+// The plugin and its devices: registration, configuration, what runs.
+void BindPlugin(py::module& m) {
   m.def("_register", &torch_tpu::aten::RegisterDevice);
   m.def("_configure", &torch_tpu::aten::ConfigurePlugin);
   m.def("_is_initialized", &torch_tpu::runtime::Runtime::IsInitialized);
@@ -256,6 +249,10 @@ PYBIND11_MODULE(_C, m) {
     auto* b = reinterpret_cast<THPEvent*>(end.ptr());
     return a->event.elapsedTime(b->event);
   });
+}
+
+// Execution modes: sync points, fused eager, the current device, launch blocking.
+void BindModes(py::module& m) {
   m.def("_flush", [] { torch_tpu::aten::FlushPending(); });
   m.def("_is_in_bad_fork", &torch_tpu::runtime::Runtime::InForkedChild);
   m.def("_set_fusion", [](bool v) { torch_tpu::aten::SetFusion(v); });
@@ -267,7 +264,11 @@ PYBIND11_MODULE(_C, m) {
     torch_tpu::aten::FlushPending();
     GetRuntime().Synchronize(d);
   });
-  m.def("_stats", &Stats);
+  m.def("_set_launch_blocking", [](bool v) { GetRuntime().set_launch_blocking(v); });
+}
+
+// Bounded dynamic shapes (dynamic.cpp): mode, hints, the table's dynamic rules.
+void BindDynamicShapes(py::module& m) {
   m.def("_set_dynamic_shapes", &torch_tpu::aten::SetDynamicMode);
   m.def("_forget_dynamic_sizes", &torch_tpu::aten::ForgetDynamicSizes);
   m.def("_mark_dims", &torch_tpu::aten::MarkDims);
@@ -279,6 +280,17 @@ PYBIND11_MODULE(_C, m) {
       default: return std::string("0");
     }
   });
+  m.def("_dynamic_rules", [] {  // the rules marked Dynamic(): strict eager may run them bounded
+    std::vector<std::string> names;
+    for (const auto* e : torch_tpu::lowering::AllRules())
+      if (e->dynamic.enabled) names.push_back(e->name);
+    return names;
+  });
+}
+
+// Counters, the compilation caches and the rule table.
+void BindCachesAndStats(py::module& m) {
+  m.def("_stats", &Stats);
   m.def("_reset_stats", [] {
     torch_tpu::aten::DrainLaunches();  // compiles running now count before the reset
     GetRuntime().ResetStats();
@@ -301,7 +313,15 @@ PYBIND11_MODULE(_C, m) {
     torch_tpu::aten::ClearHostFactorySizes();
     GetRuntime().ClearCache();
   });
-  m.def("_set_launch_blocking", [](bool v) { GetRuntime().set_launch_blocking(v); });
+  m.def("_native_ops", [] {
+    std::vector<std::string> names;
+    for (const auto* e : torch_tpu::lowering::AllRules()) names.push_back(e->name);
+    return names;
+  });
+}
+
+// Memory counters, torch_tpu's and the plugin's.
+void BindMemory(py::module& m) {
   m.def("_memory", [](int d) {
     torch_tpu::aten::SettleDeferredStorages();
     auto& mem = GetRuntime().memory(d);
@@ -331,15 +351,20 @@ PYBIND11_MODULE(_C, m) {
     auto& mem = GetRuntime().memory(d);
     mem.peak = mem.allocated;
   });
-  m.def("_native_ops", [] {
-    std::vector<std::string> names;
-    for (const auto* e : torch_tpu::lowering::AllRules()) names.push_back(e->name);
-    return names;
-  });
-  m.def("_dynamic_rules", [] {  // the rules marked Dynamic(): strict eager may run them bounded
-    std::vector<std::string> names;
-    for (const auto* e : torch_tpu::lowering::AllRules())
-      if (e->dynamic.enabled) names.push_back(e->name);
-    return names;
-  });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch_tpu native core";
+  RegisterGraphBindings(m);
+  torch_tpu::aten::RegisterProfilerBindings(m.ptr());  // aten/profiler.h
+  torch_tpu::aten::RegisterCompileLogBindings(m.ptr());  // aten/compile_log.h
+  torch_tpu::aten::RegisterDistributedBindings(m.ptr());
+  torch_tpu::aten::RegisterCustomModuleBindings(m.ptr());
+  BindPlugin(m);
+  BindModes(m);
+  BindDynamicShapes(m);
+  BindCachesAndStats(m);
+  BindMemory(m);
 }
