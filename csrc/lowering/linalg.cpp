@@ -30,7 +30,11 @@ Value Contract(Context& c, Value lhs, Value rhs, const std::vector<int64_t>& lhs
   lhs = c.b.Convert(lhs, in);
   rhs = c.b.Convert(rhs, in);
   ElementType acc = AccumulateType(in);
-  bool highest = in == ElementType::F64 || (in == ElementType::F32 && c.fp32_highest);
+  // complex64 products are float32 ones (PyTorch's "highest" default: no
+  // TF32 on CUDA for either); XLA:GPU lowered them at reduced precision.
+  bool wide = in == ElementType::F64 || in == ElementType::C128;
+  bool single = in == ElementType::F32 || in == ElementType::C64;
+  bool highest = wide || (single && c.fp32_highest);
   return c.b.DotGeneral(lhs, rhs, lhs_batch, rhs_batch, lhs_contract, rhs_contract, acc,
                         highest);
 }

@@ -105,6 +105,8 @@ print("ok")
 """
 
 
+@pytest.mark.skipif(torch.tpu.get_platform() != "cpu",
+                    reason="TORCH_TPU_CPU_DEVICES gives two devices only on the XLA:CPU plugin")
 @pytest.mark.parametrize("fused", ["0", "1"])
 def test_same_op_on_two_devices(fused: str) -> None:
     import os
