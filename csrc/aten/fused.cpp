@@ -302,6 +302,10 @@ const Chain& ChainFor(const Recorder& r, const std::string& key, const std::vect
   Chain chain;
   std::string text = EmitChain(r, aliases, &chain.checks);
   if (!text.empty()) chain.exe = rt.GetOrCompile(key, r.device, [&] { return std::move(text); });
+  // Keys of chains that never repeat (exact shapes in a growing decode loop)
+  // are long: bound the map; a chain dropped here is emitted again, and its
+  // executable found in the runtime's cache.
+  if (chains.size() >= 4096) chains.clear();
   return chains[key] = std::move(chain);
 }
 
