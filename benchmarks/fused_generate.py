@@ -25,22 +25,7 @@ import torch
 import torch_tpu
 from torch_tpu import debug
 
-
-def tiny_llama():
-    import transformers as tf
-
-    cfg = tf.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                         attn_implementation="eager")
-    torch.manual_seed(0)
-    cpu = tf.LlamaForCausalLM(cfg).eval()
-    dev = tf.LlamaForCausalLM(cfg).eval()
-    dev.load_state_dict(cpu.state_dict())
-    dev = dev.to("tpu")
-    for m in (cpu, dev):
-        m.generation_config.eos_token_id = None
-        m.generation_config.pad_token_id = 0
-    return cpu, dev
+from _tiny_llama import greedy_pair
 
 
 def rounds(fns: dict, n: int) -> dict:
@@ -55,7 +40,7 @@ def rounds(fns: dict, n: int) -> dict:
 
 
 def generate_case(n: int) -> None:
-    cpu, dev = tiny_llama()
+    cpu, dev = greedy_pair(attn_implementation="eager")
     ids = torch.randint(2, 256, (1, 35), generator=torch.Generator().manual_seed(1))
     dev_ids = ids.to("tpu")
 

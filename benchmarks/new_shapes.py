@@ -107,20 +107,11 @@ BATCH_NEW = (3, 6, 7)      # new batch sizes (prompt length 34)
 
 def child_llama():
     import torch
-    import transformers as tf
     import torch_tpu
+    from _tiny_llama import greedy_pair
     from torch_tpu import compile as tpu_compile, debug
     torch.set_num_threads(int(os.environ.get("NEW_SHAPES_CPU_THREADS", "1")))
-    torch.manual_seed(0)
-    cfg = tf.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-    cpu = tf.LlamaForCausalLM(cfg).eval()
-    dev = tf.LlamaForCausalLM(cfg).eval()
-    dev.load_state_dict(cpu.state_dict())
-    dev = dev.to("tpu")
-    for m in (cpu, dev):
-        m.generation_config.eos_token_id = None
-        m.generation_config.pad_token_id = 0
+    cpu, dev = greedy_pair()
 
     static = os.environ.get("NEW_SHAPES_CACHE") == "static"
     kw = {"cache_implementation": "static"} if static else {}  # static: generate() compiles its decode step
