@@ -373,8 +373,9 @@ SizeVariant& VariantOf(SignatureState& st, const Plan& plan) {
 // each input (all false: run with exact shapes).
 // Hinted dims: a static hint is never dynamic nor observed, a dynamic one
 // (size > 1) is dynamic from the first call; in mode 0 nothing else is.
+// `*static_changed`: a dim hinted static has another size than the variant's first.
 std::vector<std::vector<bool>> Observe(SignatureState& st, const Plan& plan, DynamicMode mode,
-                                       const CallHints& hints) {
+                                       const CallHints& hints, bool* static_changed) {
   const size_t n = plan.inputs.size();
   SizeVariant& v = VariantOf(st, plan);
   std::vector<std::vector<bool>> dyn(n);
@@ -383,7 +384,10 @@ std::vector<std::vector<bool>> Observe(SignatureState& st, const Plan& plan, Dyn
     dyn[i].assign(sizes.size(), false);
     for (size_t d = 0; d < sizes.size(); ++d) {
       const std::optional<DimHint>& h = hints[i][d];
-      if (h && !h->dynamic) continue;
+      if (h && !h->dynamic) {
+        *static_changed |= sizes[d] != v.first[i][d];
+        continue;
+      }
       if (mode != DynamicMode::Off && sizes[d] > 1 &&
           (mode == DynamicMode::All || sizes[d] != v.first[i][d]))
         v.dynamic[i][d] = true;
@@ -411,14 +415,16 @@ std::vector<bool> ParameterInputs(const Plan& plan, const std::vector<c10::IValu
 // The dims the rule counts with a static size (RuleEntry::dynamic's
 // static_dims) stay static, in every input that carries them: a static dim
 // broadcast against a padded one would read the padding as elements. False
-// (with the rule's reason) when the call runs exact shapes.
-bool RuleStaticDims(const Call& call, CallHints* hints) {
+// (with the rule's reason) when the call runs exact shapes. `*because`: why
+// the rule keeps its dims static.
+bool RuleStaticDims(const Call& call, CallHints* hints, const char** because) {
   const lowering::StaticDimsRule& rule = call.desc->rule->dynamic.static_dims;
   if (!rule) return true;
   const std::vector<Arg> abstract = AbstractArgs(call.plan);
   lowering::StaticDims dims(abstract);
   rule(abstract, dims);
   if (dims.exact()) return Refuse(dims.exact());
+  *because = dims.because();
   for (const auto& [a, d] : dims.dims()) {
     if (a >= call.plan.args.size()) continue;
     const ArgPlan& ap = call.plan.args[a];
@@ -1060,7 +1066,8 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
     if (fixed[i])
       for (auto& h : hints[i])
         if (!h) h = DimHint{false, -1, -1};
-  if (!RuleStaticDims(call, &hints)) return std::nullopt;
+  const char* static_because = nullptr;
+  if (!RuleStaticDims(call, &hints, &static_because)) return std::nullopt;
   t_exact_reason = "dynamic shapes off (TORCH_TPU_DYNAMIC_SHAPES=0)";
   if (mode == DynamicMode::Off && !hinted) return std::nullopt;
   DynamicState& state = State();
@@ -1069,8 +1076,11 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
   t_exact_reason = "XLA could not pad this signature's module";
   if (st.exact_only) return std::nullopt;
   DynamicLayout lay;
-  lay.in_dynamic = Observe(st, call.plan, mode, hints);
-  t_exact_reason = "first sizes of its signature";
+  bool static_changed = false;
+  lay.in_dynamic = Observe(st, call.plan, mode, hints, &static_changed);
+  t_exact_reason = !static_changed ? "first sizes of its signature"
+                   : static_because ? static_because
+                                    : "a new size in a dim kept static (by its rule, or mark_static)";
   if (std::none_of(lay.in_dynamic.begin(), lay.in_dynamic.end(), AnyDynamic)) return std::nullopt;
   DrainLaunches();  // a dynamic call reads (and pads) its storages' buffers itself
   SettleRecordingFor(call);  // ... and runs alone in fused eager

@@ -70,6 +70,13 @@ TEST(DynamicShapes, AttentionKeepsHeadsStaticAndTrainingExact) {
   EXPECT_NE(StaticOf("_scaled_dot_product_efficient_attention", args).second, nullptr);
 }
 
+TEST(DynamicShapes, ConstantPadKeepsCroppedDimsStatic) {
+  // constant_pad_nd(self [b, s, h], pad (h: 1, -1), (s: 0, 2)): the crop of h keeps it static
+  auto [dims, exact] = StaticOf("constant_pad_nd", {TensorOf({2, 5, 8}), Literal(Arg::Kind::IntList, 0, {1, -1, 0, 2})});
+  EXPECT_EQ(exact, nullptr);
+  EXPECT_EQ(dims, (std::set<std::pair<size_t, size_t>>{{0, 2}}));
+}
+
 TEST(DynamicShapes, IndexCopyIsDynamicAlongItsDimOnly) {
   // index_copy(self [b, S, h], dim -2, index [n], source [b, n, h])
   auto [dims, exact] = StaticOf("index_copy", {TensorOf({2, 32, 8}), Literal(Arg::Kind::Int, -2),

@@ -111,13 +111,18 @@ class StaticDims {
   void Last(size_t arg, size_t n);  // its last n dims (all when n >= rank)
   // This call runs exact shapes; `why` is a string literal (debug.report()).
   void Exact(const char* why) { exact_ = why; }
+  // Why the dims are static (a string literal): debug.report()'s reason
+  // when a new size in one of them compiles exact shapes.
+  void Because(const char* why) { because_ = why; }
   const std::vector<std::pair<size_t, size_t>>& dims() const { return dims_; }
   const char* exact() const { return exact_; }
+  const char* because() const { return because_; }
 
  private:
   const std::vector<Arg>& args_;
   std::vector<std::pair<size_t, size_t>> dims_;
   const char* exact_ = nullptr;
+  const char* because_ = nullptr;
 };
 using StaticDimsRule = std::function<void(const std::vector<Arg>&, StaticDims&)>;
 
