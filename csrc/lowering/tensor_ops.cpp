@@ -383,7 +383,7 @@ std::vector<Value> IndexAdd(Context& c, const std::vector<Arg>& a) {
 
 const bool registered = [] {
   Register("cat", Cat).Dynamic();
-  Register("stack", Stack);
+  Register("stack", Stack).Dynamic();
   Register("clone", [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = Out(c);
     return One(c.b.Reshape(c.b.Convert(a[0].tensor, out.dtype), out.shape));
