@@ -318,8 +318,6 @@ bool Eligible(const Call& call) {
         if (t < 0) return Refuse("a tensor list with None");
     if (a.kind == Arg::Kind::Generator && DrawsRandomBits(call)) return Refuse("draws random numbers");
   }
-  for (bool u : call.undefined_outputs)
-    if (u) return Refuse("an undefined output");
   for (const auto& s : call.specs) {
     if (!StorageOrder(s.sizes, s.strides)) return Refuse("an output with gaps or overlaps");
     if (rule.integers_exact && !at::isFloatingType(s.dtype)) return Refuse("integer dtypes run exact shapes");
@@ -711,7 +709,8 @@ std::string DynamicKey(const std::string& sig, const Plan& plan, const DynamicLa
   return key;
 }
 
-// Output specs with the inputs at `sizes` (meta kernel).
+// Output specs with the inputs at `sizes` (meta kernel); the undefined
+// outputs left out, as in call.specs.
 std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle& op,
                                     const std::vector<c10::IValue>& args,
                                     const std::vector<std::vector<int64_t>>& sizes) {
@@ -742,6 +741,7 @@ std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle&
   }
   std::vector<OutputSpec> out;
   for (const auto& r : stack) {
+    if (r.isNone() || (r.isTensor() && !r.toTensor().defined())) continue;  // undefined: as call.specs
     if (!r.isTensor()) throw lowering::Unsupported("dynamic: a non-tensor result");
     const at::Tensor& t = r.toTensor();
     out.push_back({t.sizes().vec(), t.strides().vec(), t.scalar_type()});
@@ -853,9 +853,23 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
   return b.ToText();
 }
 
-// Compiles the executable of `key` (nullptr: the signature stays exact).
+// Whether an executable's static result dims (`dyn` false) are this call's
+// sizes: a dim rounded up from a dynamic one (a logsumexp's rows, to a
+// multiple of 32) is the same at the bucket as at the real size only when
+// both round alike (sizes past 512, in buckets of 64, may not).
+bool StaticResultsFit(const std::vector<std::vector<bool>>& dyn, const std::vector<std::vector<int64_t>>& bucket,
+                      const Call& call) {
+  for (size_t k = 0; k < dyn.size(); ++k)
+    for (size_t d = 0; d < dyn[k].size(); ++d)
+      if (!dyn[k][d] && bucket[k][d] != call.specs[k].sizes[d])
+        return Refuse("a static result dim rounded past its real size at the bucket");
+  return true;
+}
+
+// Compiles the executable of `key` (nullptr: the signature stays exact; the
+// call alone runs exact when its static result dims do not fit: `*unfit`).
 DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const c10::OperatorHandle& op,
-                                const std::vector<c10::IValue>& args, const DynamicLayout& lay) {
+                                const std::vector<c10::IValue>& args, const DynamicLayout& lay, bool* unfit) {
   // Output dims that follow the dynamic input dims: those that change when
   // the bucket sizes shrink by one.
   std::vector<std::vector<int64_t>> smaller = lay.in_bucket;
@@ -871,12 +885,7 @@ DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const 
     if (smaller_specs[k].sizes.size() != big.size() || big.size() != call.specs[k].sizes.size())
       return nullptr;
     std::vector<bool> dyn(big.size());
-    for (size_t d = 0; d < big.size(); ++d) {
-      dyn[d] = big[d] != smaller_specs[k].sizes[d];
-      // A static dim must be the real size (a rounded size, e.g. a
-      // logsumexp padded to 32 rows, would not follow): exact shapes then.
-      if (!dyn[d] && big[d] != call.specs[k].sizes[d]) return nullptr;
-    }
+    for (size_t d = 0; d < big.size(); ++d) dyn[d] = big[d] != smaller_specs[k].sizes[d];
     dc.out_dynamic.push_back(dyn);
     dc.out_bucket.push_back(big);
     dc.out_order.push_back(*StorageOrder(call.specs[k].sizes, call.specs[k].strides));
@@ -884,6 +893,10 @@ DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const 
     for (size_t d = 0; d < big.size(); ++d)
       if (dyn[d] && !lay.bounded) buffer[d] = Bucket(big[d]);  // a hint's max is the bucket itself
     dc.out_buffer.push_back(buffer);
+  }
+  if (!StaticResultsFit(dc.out_dynamic, dc.out_bucket, call)) {
+    *unfit = true;
+    return nullptr;
   }
   std::string text = BuildDynamicModule(call, lay, bucket_specs, dc);
   dc.exe = GetOrCompileCounted(key, call.plan.device, [&] { return text; }, call.desc->name, true);
@@ -1099,12 +1112,14 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
   if (state.failed.count(key)) return std::nullopt;
   DynamicCompiled* dc = nullptr;
   auto found = state.executables.find(key);
+  bool unfit = false;
   if (found != state.executables.end()) {
     dc = &found->second;
+    if (!StaticResultsFit(dc->out_dynamic, dc->out_bucket, call)) return std::nullopt;
     CountDynamicHit();
   } else {
     try {
-      dc = CompileDynamic(key, call, op, args, lay);
+      dc = CompileDynamic(key, call, op, args, lay, &unfit);
     } catch (const lowering::Unsupported&) {
       dc = nullptr;
     } catch (const pjrt::Error&) {
@@ -1114,6 +1129,7 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
     } catch (const std::exception&) {
       dc = nullptr;  // ... a Python one (a decomposition such as addmm's) raises python_error
     }
+    if (unfit) return std::nullopt;  // exact for this call's sizes only
     if (!dc) {
       // A hint's layout failing leaves the signature's automatic policy alone.
       if (lay.hinted) state.failed.insert(key); else st.exact_only = true;

@@ -58,7 +58,7 @@ TEST(DynamicShapes, LayerNormKeepsItsNormalizedDimsStatic) {
   EXPECT_EQ(dims, (std::set<std::pair<size_t, size_t>>{{0, 2}, {2, 0}, {3, 0}}));
 }
 
-TEST(DynamicShapes, AttentionKeepsHeadsStaticAndTrainingExact) {
+TEST(DynamicShapes, AttentionKeepsHeadsStaticAlsoInTraining) {
   // (query, key, value [b, h, s, E], attn_bias [b, h, L, S], compute_log_sumexp, ...)
   std::vector<Arg> args = {TensorOf({1, 4, 9, 16}), TensorOf({1, 2, 9, 16}), TensorOf({1, 2, 9, 16}),
                            TensorOf({1, 1, 9, 9}), Literal(Arg::Kind::Bool, 0)};
@@ -66,8 +66,24 @@ TEST(DynamicShapes, AttentionKeepsHeadsStaticAndTrainingExact) {
   EXPECT_EQ(exact, nullptr);
   std::set<std::pair<size_t, size_t>> heads = {{0, 1}, {0, 3}, {1, 1}, {1, 3}, {2, 1}, {2, 3}, {3, 1}};
   EXPECT_EQ(dims, heads);
-  args[4].i = 1;  // saves its logsumexp for backward
-  EXPECT_NE(StaticOf("_scaled_dot_product_efficient_attention", args).second, nullptr);
+  args[4].i = 1;  // saves its logsumexp for backward: the same
+  EXPECT_EQ(StaticOf("_scaled_dot_product_efficient_attention", args), std::make_pair(heads, (const char*)nullptr));
+}
+
+TEST(DynamicShapes, AttentionBackwardKeepsHeadsStaticAndDropoutExact) {
+  // (grad_out, q, k, v, bias, out, logsumexp [b, h, L], seed, offset, dropout_p, ...)
+  Arg dropout = Literal(Arg::Kind::Double);
+  std::vector<Arg> args = {TensorOf({1, 4, 9, 16}), TensorOf({1, 4, 9, 16}), TensorOf({1, 4, 9, 16}),
+                           TensorOf({1, 4, 9, 16}), TensorOf({1, 1, 1, 1}), TensorOf({1, 4, 9, 16}),
+                           TensorOf({1, 4, 9}),     TensorOf({}),           TensorOf({}),
+                           dropout};
+  auto [dims, exact] = StaticOf("_scaled_dot_product_efficient_attention_backward", args);
+  EXPECT_EQ(exact, nullptr);
+  std::set<std::pair<size_t, size_t>> want = {{0, 1}, {0, 3}, {1, 1}, {1, 3}, {2, 1}, {2, 3}, {3, 1},
+                                              {3, 3}, {4, 1}, {5, 1}, {5, 3}, {6, 1}};
+  EXPECT_EQ(dims, want);
+  args[9].d = 0.1;
+  EXPECT_NE(StaticOf("_scaled_dot_product_efficient_attention_backward", args).second, nullptr);
 }
 
 TEST(DynamicShapes, ConstantPadKeepsCroppedDimsStatic) {

@@ -1,8 +1,10 @@
 """The ops of a Transformer's training step that used to compile per sequence length
 now run bounded-dynamic (TORCH_TPU_DYNAMIC_SHAPES=auto): a new length inside a warm
-bucket compiles nothing. constant_pad_nd (the label shift of a causal LM's loss).
-Every result is
+bucket compiles nothing. constant_pad_nd (the label shift of a causal LM's loss),
+attention that saves its logsumexp for backward and its backward. Every result is
 compared with PyTorch on the CPU; compiles are read from debug.stats()."""
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -64,3 +66,93 @@ def test_pads_on_both_sides_and_crops_equal_cpu():
         compiles, by_op, reasons = _compiles()
         assert by_op == {"constant_pad_nd": 1}, (n, by_op, reasons)  # the crop of n
         assert reasons == {"constant_pad_nd": {"a negative pad (a crop) keeps its dim static": 1}}
+
+
+class _Attention(torch.nn.Module):
+    """Token embedding, then grouped-query self-attention (4 query heads, 2 key/value
+    heads, head dim 8), as a language model's first block: the embedding's result is
+    [b, s, h] padded in s, which the projections' mm runs on (padded_rows.cpp)."""
+
+    def __init__(self, vocab=40, hidden=32, heads=4, kv_heads=2):
+        super().__init__()
+        self.heads, self.kv_heads, self.dim = heads, kv_heads, hidden // heads
+        self.embed = torch.nn.Embedding(vocab, hidden)
+        self.q = torch.nn.Linear(hidden, heads * self.dim, bias=False)
+        self.kv = torch.nn.Linear(hidden, 2 * kv_heads * self.dim, bias=False)
+        self.o = torch.nn.Linear(heads * self.dim, hidden, bias=False)
+
+    def forward(self, ids, causal, mask=None):
+        x = self.embed(ids)
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, self.heads, self.dim).transpose(1, 2)
+        k, v = self.kv(x).view(b, s, 2, self.kv_heads, self.dim).unbind(2)
+        k, v = k.transpose(1, 2), v.transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=True)
+        return self.o(y.transpose(1, 2).reshape(b, s, -1))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_training_on_new_lengths_compiles_nothing(causal):
+    # Forward (saving its logsumexp) and backward of attention, batch 3: the output
+    # and the parameters' gradients equal CPU's, and lengths 13, 15, 11 after 12 and
+    # 14 compile no executable at all. Not causal: a key-padding mask (bool).
+    torch.manual_seed(0)
+    cpu = _Attention()
+    dev = _Attention()
+    dev.load_state_dict(cpu.state_dict())
+    dev = dev.to("tpu")
+
+    def run(n, seed):
+        ids = torch.randint(0, 40, (3, n), generator=torch.Generator().manual_seed(seed))
+        mask = None
+        if not causal:  # the last keys of rows 2 and 3 hidden
+            keep = torch.arange(n)[None, :] < torch.tensor([n, n - 2, n - 5])[:, None]
+            mask = keep[:, None, None, :]
+        results = []
+        for model, device in ((dev, "tpu"), (cpu, "cpu")):
+            model.zero_grad()
+            y = model(ids.to(device), causal, None if mask is None else mask.to(device))
+            (y * y).sum().backward()
+            results.append([y.detach()] + [p.grad for p in model.parameters()])
+        return results
+
+    for i, n in enumerate((12, 14)):  # the second length makes the signatures dynamic (bucket 16)
+        run(n, i)
+    for i, n in enumerate((13, 15, 11)):
+        debug.reset_stats()
+        got, want = run(n, 10 + i)
+        compiles, by_op, reasons = _compiles()
+        for d, c in zip(got, want):
+            torch.testing.assert_close(d.cpu(), c, rtol=1e-4, atol=1e-4)
+        assert compiles == 0, (n, by_op, reasons)
+
+
+def test_saved_logsumexp_equals_cpu_at_new_lengths():
+    # The logsumexp the forward saves for backward: [b, h, L rounded up to 32], its
+    # real rows equal CPU's and the rest zeros, at bounded-dynamic lengths too: 31 in
+    # the 32-bucket (the bucket is the rounded size: the padding row must read 0),
+    # then 32 in it, 33 (64 rows).
+    torch.manual_seed(0)
+    op = torch.ops.aten._scaled_dot_product_efficient_attention
+
+    def run(n):
+        q, k, v = (torch.randn(2, 4, n, 8) for _ in range(3))
+        h = [torch.exp(t.to("tpu") * 0.1) for t in (q, k, v)]  # not parameters: dims may turn dynamic
+        out, lse, _, _ = op(*h, None, True, 0.0, True)
+        qc, kc, vc = (torch.exp(t * 0.1) for t in (q, k, v))
+        scores = (qc @ kc.transpose(-1, -2)) / math.sqrt(8)
+        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+        want = torch.zeros(2, 4, (n + 31) // 32 * 32)
+        want[..., :n] = torch.logsumexp(scores, -1)
+        torch.testing.assert_close(lse.cpu(), want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(qc, kc, vc, is_causal=True),
+                                   rtol=1e-5, atol=1e-5)
+
+    for n in (12, 14):
+        run(n)
+    for n in (13, 11, 31, 32, 33):
+        debug.reset_stats()
+        run(n)
+        compiles, by_op, reasons = _compiles()
+        if n in (13, 11, 32):  # inside a warm bucket (16; 32, which 31 compiled)
+            assert compiles == 0, (n, by_op, reasons)
