@@ -43,8 +43,8 @@ TEST(DynamicShapes, ElementwiseAndProductsAreDynamicWithNoStaticDims) {
     EXPECT_TRUE(e->dynamic.enabled) << name;
     EXPECT_FALSE(e->dynamic.static_dims) << name;
   }
-  EXPECT_EQ(Find("mm")->dynamic.independent_rows_arg, 0);
-  EXPECT_EQ(Find("addmm")->dynamic.independent_rows_arg, 1);
+  EXPECT_EQ(Find("mm")->dynamic.rows_args, std::vector<size_t>{0});
+  EXPECT_EQ(Find("addmm")->dynamic.rows_args, std::vector<size_t>{1});
   EXPECT_TRUE(Find("pow.Tensor_Scalar")->dynamic.integers_exact);
   EXPECT_FALSE(Find("convolution")->dynamic.enabled);
   EXPECT_FALSE(Find("native_batch_norm")->dynamic.enabled);
@@ -91,6 +91,19 @@ TEST(DynamicShapes, ConstantPadKeepsCroppedDimsStatic) {
   auto [dims, exact] = StaticOf("constant_pad_nd", {TensorOf({2, 5, 8}), Literal(Arg::Kind::IntList, 0, {1, -1, 0, 2})});
   EXPECT_EQ(exact, nullptr);
   EXPECT_EQ(dims, (std::set<std::pair<size_t, size_t>>{{0, 2}}));
+}
+
+TEST(DynamicShapes, LossOpsRunOnRows) {
+  // log_softmax over the last dim of [r, V] rows; nll_loss's target padding rows ignored.
+  const RuleEntry* ls = Find("_log_softmax");
+  EXPECT_EQ(ls->dynamic.rows_args, std::vector<size_t>{0});
+  EXPECT_TRUE(ls->dynamic.rows_when({TensorOf({6, 10}), Literal(Arg::Kind::Int, -1), Literal(Arg::Kind::Bool)}));
+  EXPECT_FALSE(ls->dynamic.rows_when({TensorOf({6, 10}), Literal(Arg::Kind::Int, 0), Literal(Arg::Kind::Bool)}));
+  EXPECT_FALSE(ls->dynamic.rows_when({TensorOf({2, 3, 10}), Literal(Arg::Kind::Int, 2), Literal(Arg::Kind::Bool)}));
+  const RuleEntry* nll = Find("nll_loss_forward");
+  EXPECT_EQ(nll->dynamic.rows_args, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(nll->dynamic.neutral_rows, std::make_pair(1, 4));  // target <- ignore_index
+  EXPECT_EQ(Find("nll_loss_backward")->dynamic.neutral_rows, std::make_pair(2, 5));
 }
 
 TEST(DynamicShapes, IndexCopyIsDynamicAlongItsDimOnly) {

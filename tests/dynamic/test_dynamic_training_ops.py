@@ -1,8 +1,10 @@
 """The ops of a Transformer's training step that used to compile per sequence length
 now run bounded-dynamic (TORCH_TPU_DYNAMIC_SHAPES=auto): a new length inside a warm
 bucket compiles nothing. constant_pad_nd (the label shift of a causal LM's loss),
-attention that saves its logsumexp for backward and its backward. Every result is
-compared with PyTorch on the CPU; compiles are read from debug.stats()."""
+attention that saves its logsumexp for backward and its backward, and the loss on
+the [b*s, V] logits (log_softmax, nll_loss and their backward on padded rows).
+Every result is compared with PyTorch on the CPU; compiles are read from
+debug.stats()."""
 import math
 
 import pytest
@@ -156,3 +158,60 @@ def test_saved_logsumexp_equals_cpu_at_new_lengths():
         compiles, by_op, reasons = _compiles()
         if n in (13, 11, 32):  # inside a warm bucket (16; 32, which 31 compiled)
             assert compiles == 0, (n, by_op, reasons)
+
+
+class _LMHead(torch.nn.Module):
+    """Embedding, RMS norm and an lm_head: logits [b, s, V] padded in s (and b)."""
+
+    def __init__(self, vocab=48, hidden=16):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, hidden)
+        self.norm = torch.nn.RMSNorm(hidden)
+        self.head = torch.nn.Linear(hidden, vocab, bias=False)
+
+    def forward(self, ids):
+        return self.head(self.norm(self.embed(ids)))
+
+
+def _causal_lm_loss(logits, labels, reduction):
+    # transformers' ForCausalLMLoss: labels padded by ignore_index and shifted, both
+    # flattened to rows: the logits' [b*s, V] view folds dims padded in b and s.
+    labels = F.pad(labels, (0, 1), value=-100)[..., 1:].contiguous()
+    loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.view(-1), ignore_index=-100,
+                           reduction=reduction)
+    return loss if reduction != "none" else loss.sum() / 7
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_causal_lm_loss_on_padded_rows_compiles_nothing(reduction):
+    # log_softmax, nll_loss and their backward run on all the buffer rows of the
+    # [b*s, V] logits (the padding rows' targets ignored); losses and every
+    # gradient equal CPU's, new lengths and batch sizes compile nothing (mean, sum).
+    torch.manual_seed(0)
+    cpu = _LMHead()
+    dev = _LMHead()
+    dev.load_state_dict(cpu.state_dict())
+    dev = dev.to("tpu")
+
+    def run(b, n, seed):
+        g = torch.Generator().manual_seed(seed)
+        ids = torch.randint(0, 48, (b, n), generator=g)
+        labels = ids.masked_fill(torch.rand(b, n, generator=g) < 0.2, -100)  # padding tokens
+        results = []
+        for model, device in ((dev, "tpu"), (cpu, "cpu")):
+            model.zero_grad()
+            loss = _causal_lm_loss(model(ids.to(device)), labels.to(device), reduction)
+            loss.backward()
+            results.append([loss.detach()] + [p.grad for p in model.parameters()])
+        return results
+
+    for i, (b, n) in enumerate(((4, 12), (4, 14), (3, 12))):  # lengths and batch sizes turn dynamic
+        run(b, n, i)
+    for i, (b, n) in enumerate(((4, 13), (4, 15), (3, 11), (2, 16))):
+        debug.reset_stats()
+        got, want = run(b, n, 10 + i)
+        compiles, by_op, reasons = _compiles()
+        for d, c in zip(got, want):
+            torch.testing.assert_close(d.cpu(), c, rtol=1e-5, atol=1e-5)
+        if reduction != "none":  # none sums the [b*s] losses: an exact sum of a view of their rows
+            assert compiles == 0, ((b, n), by_op, reasons)
