@@ -70,6 +70,7 @@
 #include <cstdlib>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -288,24 +289,32 @@ bool Refuse(const char* reason) {
   return false;
 }
 
-// An in-place call runs dynamic when each destination is a whole storage of
-// its own: the result becomes the storage's new (padded) buffer.
-bool WholeDestinations(const Call& call) {
+// An in-place call runs dynamic when each destination is a storage of its
+// own: a whole one takes the result as its new (padded) buffer, a window of
+// one has the result written into its padded layout (PartialWrites).
+bool OwnDestinations(const Call& call) {
   const auto& dests = call.plan.dests;
   if (dests.size() != call.specs.size()) return false;
   for (size_t i = 0; i < dests.size(); ++i) {
-    if (!dests[i].tensor.defined() || !dests[i].geometry.whole) return false;
+    if (!dests[i].tensor.defined()) return false;
     for (size_t j = 0; j < i; ++j)
       if (dests[j].storage == dests[i].storage) return false;
   }
   return true;
 }
 
+// Whether result k is written into part of an existing storage (its
+// strides are the window's: PartialWrites lays it out).
+bool PartialDestination(const Call& call, size_t k) {
+  const auto& dests = call.plan.dests;
+  return k < dests.size() && dests[k].tensor.defined() && !dests[k].geometry.whole;
+}
+
 bool Eligible(const Call& call) {
   const Plan& plan = call.plan;
   if (call.desc->variant == Variant::Out) return Refuse("out= variant");
-  if (call.desc->variant == Variant::InPlace && !WholeDestinations(call))
-    return Refuse("in-place write to part of a storage");
+  if (call.desc->variant == Variant::InPlace && !OwnDestinations(call))
+    return Refuse("in-place write to a storage another destination writes");
   if (plan.inputs.empty()) return Refuse("no tensor inputs");
   if (!call.desc->rule || !call.desc->rule->dynamic.enabled) return Refuse("not a dynamic-shape op");
   const lowering::DynamicShapes& rule = call.desc->rule->dynamic;
@@ -318,8 +327,10 @@ bool Eligible(const Call& call) {
         if (t < 0) return Refuse("a tensor list with None");
     if (a.kind == Arg::Kind::Generator && DrawsRandomBits(call)) return Refuse("draws random numbers");
   }
-  for (const auto& s : call.specs) {
-    if (!StorageOrder(s.sizes, s.strides)) return Refuse("an output with gaps or overlaps");
+  for (size_t k = 0; k < call.specs.size(); ++k) {
+    const OutputSpec& s = call.specs[k];
+    if (!StorageOrder(s.sizes, s.strides) && !PartialDestination(call, k))
+      return Refuse("an output with gaps or overlaps");
     if (rule.integers_exact && !at::isFloatingType(s.dtype)) return Refuse("integer dtypes run exact shapes");
   }
   return true;
@@ -542,6 +553,9 @@ struct DynamicLayout {
   // Per storage: an in-place destination whose old elements the op never
   // reads (RuleEntry::overwrites_destination): not a module parameter.
   std::vector<bool> overwritten;
+  // Per destination: its window of its storage's padded layout (nullopt: a
+  // whole storage, or a fresh result).
+  std::vector<std::optional<ViewRead>> writes;
   bool hinted = false;   // some input dim is dynamic by a mark_dynamic hint
   bool bounded = false;  // ... with a max
 };
@@ -672,6 +686,47 @@ bool PaddedStorages(const Plan& plan, DynamicLayout* lay) {
   return true;
 }
 
+// In-place destinations that are windows of their storage: where each
+// writes in the storage's padded layout (the one this call reads it in, or
+// the one it keeps). False (exact shapes) when the storage is not padded or
+// the window is no permutation of windows of its dims.
+bool PartialWrites(const Plan& plan, DynamicLayout* lay) {
+  lay->writes.assign(plan.dests.size(), std::nullopt);
+  for (size_t k = 0; k < plan.dests.size(); ++k) {
+    const Dest& d = plan.dests[k];
+    if (!d.tensor.defined() || d.geometry.whole) continue;
+    const runtime::DeviceStorage& s = *plan.storages[d.storage];
+    if (lay->capacity[d.storage] < 0 && !s.padded()) return Refuse("in-place write to part of an exact storage");
+    StorageLayout layout = lay->capacity[d.storage] >= 0 ? lay->storage_layout[d.storage]
+                                                         : StorageLayout{s.real_shape, s.padded_shape};
+    int64_t offset = d.offset_param >= 0 ? plan.params[d.offset_param].offset : 0;
+    lay->writes[k] = MapView(d.geometry, offset, layout);
+    const auto& w = lay->writes[k];
+    if (!w || std::find(w->broadcast.begin(), w->broadcast.end(), true) != w->broadcast.end())
+      return Refuse("in-place write to part of a storage no padded layout writes");
+  }
+  return true;
+}
+
+// Whether each dynamic result dim written into part of a storage covers that
+// storage dim's real elements from 0 within its padded size: the result's
+// padding (at its bucket) then lands on the storage's padding only.
+bool WritesFit(const Call& call, const DynamicLayout& lay, const std::vector<std::vector<bool>>& dyn,
+               const std::vector<std::vector<int64_t>>& bucket) {
+  for (size_t k = 0; k < lay.writes.size(); ++k) {
+    if (!lay.writes[k]) continue;
+    const ViewRead& w = *lay.writes[k];
+    for (size_t j = 0; j < w.view_dim.size(); ++j) {
+      const int d = w.view_dim[j];
+      if (d < 0 || !dyn[k][d]) continue;
+      bool whole_real = w.start[j] == 0 && call.specs[k].sizes[d] == w.layout.real[j];
+      if (!whole_real || bucket[k][d] > w.layout.padded[j])
+        return Refuse("in-place write to part of a storage, a dynamic dim not whole");
+    }
+  }
+  return true;
+}
+
 // A read's part of the key: the layout's dims (the bucket where padded, a
 // dynamic dim's real size left out) and the window the view reads.
 void AppendReadKey(const ViewRead& r, const std::vector<bool>& dyn, std::string* key) {
@@ -690,8 +745,19 @@ void AppendBucketKey(const std::vector<int64_t>& bucket, const std::vector<bool>
   for (size_t d = 0; d < bucket.size(); ++d) *key += (dyn[d] ? "<" : "") + std::to_string(bucket[d]) + ",";
 }
 
+// A partial write's part of the key: the layout's padded dims and the
+// window (WritesFit checks the real sizes per call).
+void AppendWriteKey(const ViewRead& w, std::string* key) {
+  *key += "W";
+  for (size_t j = 0; j < w.view_dim.size(); ++j)
+    *key += std::to_string(w.layout.padded[j]) + "@" + std::to_string(w.start[j]) + "v" +
+            std::to_string(w.view_dim[j]) + ",";
+}
+
 std::string DynamicKey(const std::string& sig, const Plan& plan, const DynamicLayout& lay) {
   std::string key = "dyn|" + sig + "|";
+  for (const auto& w : lay.writes)
+    if (w) AppendWriteKey(*w, &key);
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     if (lay.overwritten[plan.inputs[i].storage]) {  // read for its type only
       AppendBucketKey(lay.in_bucket[i], lay.in_dynamic[i], &key);
@@ -772,6 +838,21 @@ Value SizedLike(hlo::Builder& b, Value v, const std::vector<bool>& dyn, const st
 // `buffer`: the sizes the storage keeps (each dynamic dim at the bucket of
 // its bound: a cat's bound, its inputs' buckets summed, is no bucket; the
 // next op reads the result at its bucket).
+// `v` static: each dynamic dim d gathered at indices 0..sizes[d]-1 (rows
+// past its bound repeat its last one: a gather clamps; padding).
+Value GatheredStatic(hlo::Builder& b, Value v, const std::vector<bool>& dyn, const std::vector<int64_t>& sizes) {
+  for (size_t d = 0; d < dyn.size(); ++d) {
+    if (!dyn[d]) continue;
+    Value rows = b.Iota(hlo::TensorType{ElementType::I32, {sizes[d], 1}}, 0);
+    Value g = b.Gather(v, rows, {static_cast<int64_t>(d)});  // dim d first
+    std::vector<int64_t> perm;
+    for (size_t i = 0; i < dyn.size(); ++i)
+      perm.push_back(i < d ? static_cast<int64_t>(i) + 1 : (i == d ? 0 : static_cast<int64_t>(i)));
+    v = b.Transpose(g, perm);
+  }
+  return v;
+}
+
 Value PadDynamic(hlo::Builder& b, Value v, std::vector<bool> dyn, const std::vector<int64_t>& order,
                  std::vector<int64_t> buffer) {
   bool permuted = false;
@@ -787,16 +868,7 @@ Value PadDynamic(hlo::Builder& b, Value v, std::vector<bool> dyn, const std::vec
     dyn = moved;
     buffer = sizes;
   }
-  for (size_t d = 0; d < dyn.size(); ++d) {
-    if (!dyn[d]) continue;
-    // Rows past the bound repeat its last one (a gather clamps): padding.
-    Value rows = b.Iota(hlo::TensorType{ElementType::I32, {buffer[d], 1}}, 0);
-    Value g = b.Gather(v, rows, {static_cast<int64_t>(d)});  // dim d first
-    std::vector<int64_t> perm;
-    for (size_t i = 0; i < dyn.size(); ++i)
-      perm.push_back(i < d ? static_cast<int64_t>(i) + 1 : (i == d ? 0 : static_cast<int64_t>(i)));
-    v = b.Transpose(g, perm);
-  }
+  v = GatheredStatic(b, v, dyn, buffer);
   return b.Reshape(v, {v.type.numel()});
 }
 
@@ -847,7 +919,13 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
     dc.checks.push_back(call.desc->name + ": " + check.message);
   }
   for (size_t k = 0; k < e.fresh_results.size(); ++k) {
-    outs.push_back(PadDynamic(b, e.fresh_results[k], dc.out_dynamic[k], dc.out_order[k], dc.out_buffer[k]));
+    if (k < lay.writes.size() && lay.writes[k]) {  // into part of its storage's padded buffer
+      Value update = GatheredStatic(b, e.fresh_results[k], dc.out_dynamic[k], dc.out_bucket[k]);
+      Value buffer = params.at(plan.storage_param.at(plan.dests[k].storage));
+      outs.push_back(WritePaddedView(b, buffer, *lay.writes[k], update));
+    } else {
+      outs.push_back(PadDynamic(b, e.fresh_results[k], dc.out_dynamic[k], dc.out_order[k], dc.out_buffer[k]));
+    }
   }
   b.Return(outs);
   return b.ToText();
@@ -888,13 +966,19 @@ DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const 
     for (size_t d = 0; d < big.size(); ++d) dyn[d] = big[d] != smaller_specs[k].sizes[d];
     dc.out_dynamic.push_back(dyn);
     dc.out_bucket.push_back(big);
-    dc.out_order.push_back(*StorageOrder(call.specs[k].sizes, call.specs[k].strides));
+    // A partial write's strides are its window's (gaps): its order is unused.
+    std::optional<std::vector<int64_t>> order = StorageOrder(call.specs[k].sizes, call.specs[k].strides);
+    if (!order) {
+      order.emplace(big.size());
+      std::iota(order->begin(), order->end(), 0);
+    }
+    dc.out_order.push_back(*order);
     std::vector<int64_t> buffer = big;
     for (size_t d = 0; d < big.size(); ++d)
       if (dyn[d] && !lay.bounded) buffer[d] = Bucket(big[d]);  // a hint's max is the bucket itself
     dc.out_buffer.push_back(buffer);
   }
-  if (!StaticResultsFit(dc.out_dynamic, dc.out_bucket, call)) {
+  if (!StaticResultsFit(dc.out_dynamic, dc.out_bucket, call) || !WritesFit(call, lay, dc.out_dynamic, dc.out_bucket)) {
     *unfit = true;
     return nullptr;
   }
@@ -943,6 +1027,15 @@ void PropagateHints(const at::Tensor& t, const std::vector<bool>& dyn, const std
   }
 }
 
+// A storage written in part takes the new buffer in the padded layout it
+// was passed in (its own when it read it so).
+void KeepWrittenLayout(runtime::DeviceStorage* s, pjrt::BufferPtr buffer, const DynamicLayout& lay, size_t storage) {
+  StorageLayout layout{s->real_shape, s->padded_shape};
+  if (lay.capacity[storage] >= 0 && !(s->padded() && SameLayout(layout, lay.storage_layout[storage])))
+    layout = lay.storage_layout[storage];
+  s->SetPadded(std::move(buffer), layout.real, layout.padded);
+}
+
 std::vector<c10::IValue> LaunchDynamic(const Call& call, const DynamicCompiled& dc,
                                        const DynamicLayout& lay) {
   const Plan& plan = call.plan;
@@ -970,7 +1063,9 @@ std::vector<c10::IValue> LaunchDynamic(const Call& call, const DynamicCompiled& 
     const at::Tensor& dest = plan.dests[k].tensor;  // in-place: its storage takes the result
     at::Tensor t = dest.defined() ? dest : FreshTensor(call, k);
     runtime::DeviceStorage* s = StorageOf(t);
-    if (AnyDynamic(dc.out_dynamic[k])) {
+    if (k < lay.writes.size() && lay.writes[k]) {
+      KeepWrittenLayout(s, outs.at(k), lay, plan.dests[k].storage);
+    } else if (AnyDynamic(dc.out_dynamic[k])) {
       std::vector<int64_t> real, padded;  // storage order
       for (int64_t d : dc.out_order[k]) {
         real.push_back(call.specs[k].sizes[d]);
@@ -1106,7 +1201,13 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
   lay.in_bucket = BucketSizes(call.plan, lay.in_dynamic, hints, st);
   if (lay.hinted) UnifyHintedSizes(call.plan, hints, &lay);
   OverwrittenStorages(call, &lay);
-  if (!PaddedStorages(call.plan, &lay)) return std::nullopt;
+  if (!PaddedStorages(call.plan, &lay)) {
+    // A window of an exact storage (x[1:].add_(1)): the write is the reason.
+    for (size_t k = 0; k < call.specs.size(); ++k)
+      if (PartialDestination(call, k)) Refuse("in-place write to part of a storage");
+    return std::nullopt;
+  }
+  if (!PartialWrites(call.plan, &lay)) return std::nullopt;
   std::string key = DynamicKey(sig, call.plan, lay);
   t_exact_reason = "XLA could not pad this signature's module";
   if (state.failed.count(key)) return std::nullopt;
@@ -1115,7 +1216,8 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
   bool unfit = false;
   if (found != state.executables.end()) {
     dc = &found->second;
-    if (!StaticResultsFit(dc->out_dynamic, dc->out_bucket, call)) return std::nullopt;
+    if (!StaticResultsFit(dc->out_dynamic, dc->out_bucket, call) || !WritesFit(call, lay, dc->out_dynamic, dc->out_bucket))
+      return std::nullopt;
     CountDynamicHit();
   } else {
     try {

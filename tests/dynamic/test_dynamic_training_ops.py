@@ -215,3 +215,58 @@ def test_causal_lm_loss_on_padded_rows_compiles_nothing(reduction):
             torch.testing.assert_close(d.cpu(), c, rtol=1e-5, atol=1e-5)
         if reduction != "none":  # none sums the [b*s] losses: an exact sum of a view of their rows
             assert compiles == 0, ((b, n), by_op, reasons)
+
+
+def test_writes_into_part_of_a_padded_storage_compile_nothing():
+    # RoPE's backward: slice_backward is zeros, then a copy into one half of the
+    # head dim; in-place ops on a window of a storage padded in its sequence dim
+    # write into its padded layout (the other half and the padding untouched).
+    torch.manual_seed(0)
+
+    def run(n, seed):
+        g = torch.Generator().manual_seed(seed)
+        x, y = torch.randn(2, 3, n, 8, generator=g), torch.randn(2, 3, n, 8, generator=g)
+        out = []
+        for device in ("tpu", "cpu"):
+            a, b = torch.exp(x.to(device) * 0.5), torch.exp(y.to(device) * 0.5)  # dynamic: padded in n
+            z = a.new_zeros(2, 3, n, 16)
+            z[..., 8:].copy_(a)                 # copy_ into a window (slice_backward's form)
+            z[..., :8].add_(b)                  # an elementwise update of the other half
+            z[:, 1:2].mul_(2.0)                 # a window in a static dim: all of n
+            w = torch.cat([a, b], -1)
+            w[..., 4:12] = b                    # index assignment: copy_ into the middle
+            out.append((z, w, torch.ops.aten.slice_backward(a, [2, 3, n, 16], 3, 0, 8, 1) * 1.0))
+        return out
+
+    for i, n in enumerate((12, 14)):  # the second length makes the signatures dynamic (bucket 16)
+        run(n, i)
+    for i, n in enumerate((13, 15, 11)):
+        debug.reset_stats()
+        got, want = run(n, 10 + i)
+        compiles, by_op, reasons = _compiles()
+        for d, c in zip(got, want):
+            torch.testing.assert_close(d.cpu(), c, rtol=1e-6, atol=1e-6)
+        assert compiles == 0, (n, by_op, reasons)
+
+
+def test_writes_into_part_of_a_padded_dim_run_exact():
+    # A window of the padded dim itself (rows 2..n-1 of n): the result's padding would
+    # land on real rows, so it runs exact shapes, and its values equal CPU's.
+    def run(n, seed):
+        x = torch.randn(3, n, 4, generator=torch.Generator().manual_seed(seed))
+        out = []
+        for device in ("tpu", "cpu"):
+            a = torch.exp(x.to(device) * 0.5)
+            z = a.new_zeros(3, n + 2, 4)
+            z[:, 2:].copy_(a)
+            z[:, :n].add_(a)
+            out.append(z)
+        return out
+
+    for i, n in enumerate((12, 14, 13, 15, 11)):
+        debug.reset_stats()
+        got, want = run(n, i)
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-6, atol=1e-6)
+        if i >= 2:
+            reasons = debug.stats()["exact_reasons"]
+            assert reasons["add_.Tensor"] == {"in-place write to part of a storage, a dynamic dim not whole": 1}
