@@ -33,17 +33,20 @@
 //
 // What runs dynamic: the rules marked Dynamic() in the lowering table
 // (RuleEntry::dynamic: elementwise, reductions, softmax, matmul, clone, cat,
-// embedding and its backward, masked_fill, cumsum, isin, norms, attention in
-// its sequence dims; a rule states which dims it keeps static), in their
+// stack, constant_pad_nd, embedding and its backward, masked_fill, cumsum,
+// isin, norms, losses, attention and its backward in their batch and
+// sequence dims; a rule states which dims it keeps static), in their
 // functional form when the outputs are dense, and in their in-place forms on
 // whole storages (fills, copies, elementwise updates: the result becomes the
 // storage's padded buffer; a fill's or copy's destination is never laid out
-// first). Calls of a signature
+// first) or on windows of padded storages whose dynamic dims cover the real
+// elements (the result is written into the window of the padded layout:
+// RoPE's slice_backward). Calls of a signature
 // from different places keep separate size variants (a head count never turns
 // dynamic because a sequence length did); parameters never turn dynamic.
-// Everything else (out= variants, in-place writes to part of a storage,
-// random draws, integer pow) keeps exact shapes. A dynamic module XLA
-// rejects turns its signature back to exact shapes (correct first).
+// Everything else (out= variants, in-place writes to part of an exact
+// storage, random draws, integer pow) keeps exact shapes. A dynamic module
+// XLA rejects turns its signature back to exact shapes (correct first).
 // debug.report() says why an op ran exact (exact_reasons).
 //
 // Fused eager: a call whose signature has gone dynamic runs alone on its
