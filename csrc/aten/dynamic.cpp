@@ -1085,6 +1085,50 @@ std::vector<c10::IValue> LaunchDynamic(const Call& call, const DynamicCompiled& 
   return WithUndefined(call, std::move(results));
 }
 
+// Which storages a dynamic call takes padded, in which layouts, and where
+// it writes windows of them; false (with the reason) when it runs exact.
+bool LayOutStorages(const Call& call, DynamicLayout* lay) {
+  OverwrittenStorages(call, lay);
+  if (!PaddedStorages(call.plan, lay)) {
+    // A window of an exact storage (x[1:].add_(1)): the write is the reason.
+    for (size_t k = 0; k < call.specs.size(); ++k)
+      if (PartialDestination(call, k)) Refuse("in-place write to part of a storage");
+    return false;
+  }
+  return PartialWrites(call.plan, lay);
+}
+
+// The executable of `key`: cached, when its static results and partial
+// writes fit this call, or compiled. nullptr: the call runs exact shapes
+// (and its signature from now on when XLA or the meta kernel refused the
+// module; a hinted layout alone when a hint made it).
+DynamicCompiled* ExecutableFor(const std::string& key, const Call& call, const c10::OperatorHandle& op,
+                               const std::vector<c10::IValue>& args, const DynamicLayout& lay, SignatureState* st) {
+  DynamicState& state = State();
+  auto found = state.executables.find(key);
+  if (found != state.executables.end()) {
+    DynamicCompiled* dc = &found->second;
+    if (!StaticResultsFit(dc->out_dynamic, dc->out_bucket, call) || !WritesFit(call, lay, dc->out_dynamic, dc->out_bucket))
+      return nullptr;
+    CountDynamicHit();
+    return dc;
+  }
+  DynamicCompiled* dc = nullptr;
+  bool unfit = false;
+  try {
+    dc = CompileDynamic(key, call, op, args, lay, &unfit);
+  } catch (const lowering::Unsupported&) {
+  } catch (const pjrt::Error&) {       // XLA cannot pad this module: exact shapes for the signature
+  } catch (const c10::Error&) {        // the meta kernel refuses the bucket's sizes
+  } catch (const std::exception&) {    // ... a Python one (a decomposition such as addmm's) raises python_error
+  }
+  if (!dc && !unfit) {  // (unfit: exact for this call's sizes only)
+    if (lay.hinted) state.failed.insert(key); else st->exact_only = true;
+    ++Counters().exact_fallbacks;
+  }
+  return dc;
+}
+
 }  // namespace
 
 bool g_dynamic_active = ModeRef() != DynamicMode::Off;
@@ -1203,45 +1247,12 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
       }
   lay.in_bucket = BucketSizes(call.plan, lay.in_dynamic, hints, st);
   if (lay.hinted) UnifyHintedSizes(call.plan, hints, &lay);
-  OverwrittenStorages(call, &lay);
-  if (!PaddedStorages(call.plan, &lay)) {
-    // A window of an exact storage (x[1:].add_(1)): the write is the reason.
-    for (size_t k = 0; k < call.specs.size(); ++k)
-      if (PartialDestination(call, k)) Refuse("in-place write to part of a storage");
-    return std::nullopt;
-  }
-  if (!PartialWrites(call.plan, &lay)) return std::nullopt;
+  if (!LayOutStorages(call, &lay)) return std::nullopt;
   std::string key = DynamicKey(sig, call.plan, lay);
   t_exact_reason = "XLA could not pad this signature's module";
   if (state.failed.count(key)) return std::nullopt;
-  DynamicCompiled* dc = nullptr;
-  auto found = state.executables.find(key);
-  bool unfit = false;
-  if (found != state.executables.end()) {
-    dc = &found->second;
-    if (!StaticResultsFit(dc->out_dynamic, dc->out_bucket, call) || !WritesFit(call, lay, dc->out_dynamic, dc->out_bucket))
-      return std::nullopt;
-    CountDynamicHit();
-  } else {
-    try {
-      dc = CompileDynamic(key, call, op, args, lay, &unfit);
-    } catch (const lowering::Unsupported&) {
-      dc = nullptr;
-    } catch (const pjrt::Error&) {
-      dc = nullptr;  // XLA cannot pad this module: exact shapes for the signature
-    } catch (const c10::Error&) {
-      dc = nullptr;  // the meta kernel refuses the bucket's sizes
-    } catch (const std::exception&) {
-      dc = nullptr;  // ... a Python one (a decomposition such as addmm's) raises python_error
-    }
-    if (unfit) return std::nullopt;  // exact for this call's sizes only
-    if (!dc) {
-      // A hint's layout failing leaves the signature's automatic policy alone.
-      if (lay.hinted) state.failed.insert(key); else st.exact_only = true;
-      ++Counters().exact_fallbacks;
-      return std::nullopt;
-    }
-  }
+  DynamicCompiled* dc = ExecutableFor(key, call, op, args, lay, &st);
+  if (!dc) return std::nullopt;
   state.specs[call.plan.key] = call.cached();
   if (!lay.hinted) RememberSmallBuckets(lay.in_bucket, lay.in_dynamic, &st);
   return LaunchDynamic(call, *dc, lay);
