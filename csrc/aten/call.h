@@ -176,9 +176,11 @@ Emitted EmitCall(const Call& call, hlo::Builder& b, const std::vector<hlo::Value
 // when the call runs with exact shapes.
 std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::OperatorHandle& op,
                                                    const std::vector<c10::IValue>& args);
-// mm / addmm whose rows are a padded storage's folded outer dims (a linear
-// on a [b, s, h] activation padded in b and s): runs on the buffer's rows,
-// the result padded like them (padded_rows.cpp); nullopt: not such a call.
+// An op on rows (DynamicShapes::rows_args: mm, addmm, log_softmax,
+// nll_loss, ...) whose rows are a padded storage's folded outer dims (a
+// linear on a [b, s, h] activation padded in b and s, a causal LM's [b*s, V]
+// logits): runs on the buffer's rows, its results with rows padded like them
+// (padded_rows.cpp); nullopt: not such a call.
 std::optional<std::vector<c10::IValue>> RunOnPaddedRows(const Call& call);
 // mm contracting such rows (grad_output^T @ input: a linear's weight
 // gradient): all the buffer rows, the padding rows zeroed; the result exact

@@ -102,13 +102,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> SdpaOverrideableBackw
     ke = k.unsqueeze(2).expand({B, hk, G, k.size(2), k.size(3)}).reshape({B, hq, k.size(2), k.size(3)});
     ve = v.unsqueeze(2).expand({B, hk, G, v.size(2), v.size(3)}).reshape({B, hq, v.size(2), v.size(3)});
   }
-  // A defined bias keeps every output a tensor; a 1-element zero bias when
-  // there is none.
+  // A 1-element zero bias when there is none. The bias gradient only when
+  // asked for a float bias: its meta result is a window of rows aligned to
+  // 16, a layout bounded-dynamic results do not take (exact shapes then).
   bool has_bias = attn_bias.defined();
   at::Tensor bias = has_bias ? attn_bias : at::zeros({1, 1, 1, 1}, q.options());
+  bool bias_grad = has_bias && grad_input_mask[3] && at::isFloatingType(attn_bias.scalar_type());
   auto [dq, dk, dv, db] = at::_scaled_dot_product_efficient_attention_backward(
       g, q, ke, ve, bias, o, logsumexp, philox_seed, philox_offset, dropout_p,
-      {true, true, true, true}, is_causal, scale);
+      {true, true, true, bias_grad}, is_causal, scale);
   if (G != 1) {
     dk = dk.reshape({B, hk, G, k.size(2), k.size(3)}).sum(2);
     dv = dv.reshape({B, hk, G, v.size(2), v.size(3)}).sum(2);
@@ -118,10 +120,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> SdpaOverrideableBackw
     dk = dk.squeeze(0);
     dv = dv.squeeze(0);
   }
-  at::Tensor dbias = has_bias && grad_input_mask[3] && at::isFloatingType(attn_bias.scalar_type())
-                         ? db
-                         : at::Tensor();
-  return {dq, dk, dv, dbias};
+  return {dq, dk, dv, bias_grad ? db : at::Tensor()};
 }
 
 // ---------------------------------------------------------------- nonzero

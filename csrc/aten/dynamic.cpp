@@ -33,17 +33,20 @@
 //
 // What runs dynamic: the rules marked Dynamic() in the lowering table
 // (RuleEntry::dynamic: elementwise, reductions, softmax, matmul, clone, cat,
-// embedding and its backward, masked_fill, cumsum, isin, norms, attention in
-// its sequence dims; a rule states which dims it keeps static), in their
+// stack, constant_pad_nd, embedding and its backward, masked_fill, cumsum,
+// isin, norms, losses, attention and its backward in their batch and
+// sequence dims; a rule states which dims it keeps static), in their
 // functional form when the outputs are dense, and in their in-place forms on
 // whole storages (fills, copies, elementwise updates: the result becomes the
 // storage's padded buffer; a fill's or copy's destination is never laid out
-// first). Calls of a signature
+// first) or on windows of padded storages whose dynamic dims cover the real
+// elements (the result is written into the window of the padded layout:
+// RoPE's slice_backward). Calls of a signature
 // from different places keep separate size variants (a head count never turns
 // dynamic because a sequence length did); parameters never turn dynamic.
-// Everything else (out= variants, in-place writes to part of a storage,
-// random draws, integer pow) keeps exact shapes. A dynamic module XLA
-// rejects turns its signature back to exact shapes (correct first).
+// Everything else (out= variants, in-place writes to part of an exact
+// storage, random draws, integer pow) keeps exact shapes. A dynamic module
+// XLA rejects turns its signature back to exact shapes (correct first).
 // debug.report() says why an op ran exact (exact_reasons).
 //
 // Fused eager: a call whose signature has gone dynamic runs alone on its
@@ -70,6 +73,7 @@
 #include <cstdlib>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -288,24 +292,32 @@ bool Refuse(const char* reason) {
   return false;
 }
 
-// An in-place call runs dynamic when each destination is a whole storage of
-// its own: the result becomes the storage's new (padded) buffer.
-bool WholeDestinations(const Call& call) {
+// An in-place call runs dynamic when each destination is a storage of its
+// own: a whole one takes the result as its new (padded) buffer, a window of
+// one has the result written into its padded layout (PartialWrites).
+bool OwnDestinations(const Call& call) {
   const auto& dests = call.plan.dests;
   if (dests.size() != call.specs.size()) return false;
   for (size_t i = 0; i < dests.size(); ++i) {
-    if (!dests[i].tensor.defined() || !dests[i].geometry.whole) return false;
+    if (!dests[i].tensor.defined()) return false;
     for (size_t j = 0; j < i; ++j)
       if (dests[j].storage == dests[i].storage) return false;
   }
   return true;
 }
 
+// Whether result k is written into part of an existing storage (its
+// strides are the window's: PartialWrites lays it out).
+bool PartialDestination(const Call& call, size_t k) {
+  const auto& dests = call.plan.dests;
+  return k < dests.size() && dests[k].tensor.defined() && !dests[k].geometry.whole;
+}
+
 bool Eligible(const Call& call) {
   const Plan& plan = call.plan;
   if (call.desc->variant == Variant::Out) return Refuse("out= variant");
-  if (call.desc->variant == Variant::InPlace && !WholeDestinations(call))
-    return Refuse("in-place write to part of a storage");
+  if (call.desc->variant == Variant::InPlace && !OwnDestinations(call))
+    return Refuse("in-place write to a storage another destination writes");
   if (plan.inputs.empty()) return Refuse("no tensor inputs");
   if (!call.desc->rule || !call.desc->rule->dynamic.enabled) return Refuse("not a dynamic-shape op");
   const lowering::DynamicShapes& rule = call.desc->rule->dynamic;
@@ -318,10 +330,10 @@ bool Eligible(const Call& call) {
         if (t < 0) return Refuse("a tensor list with None");
     if (a.kind == Arg::Kind::Generator && DrawsRandomBits(call)) return Refuse("draws random numbers");
   }
-  for (bool u : call.undefined_outputs)
-    if (u) return Refuse("an undefined output");
-  for (const auto& s : call.specs) {
-    if (!StorageOrder(s.sizes, s.strides)) return Refuse("an output with gaps or overlaps");
+  for (size_t k = 0; k < call.specs.size(); ++k) {
+    const OutputSpec& s = call.specs[k];
+    if (!StorageOrder(s.sizes, s.strides) && !PartialDestination(call, k))
+      return Refuse("an output with gaps or overlaps");
     if (rule.integers_exact && !at::isFloatingType(s.dtype)) return Refuse("integer dtypes run exact shapes");
   }
   return true;
@@ -373,8 +385,9 @@ SizeVariant& VariantOf(SignatureState& st, const Plan& plan) {
 // each input (all false: run with exact shapes).
 // Hinted dims: a static hint is never dynamic nor observed, a dynamic one
 // (size > 1) is dynamic from the first call; in mode 0 nothing else is.
+// `*static_changed`: a dim hinted static has another size than the variant's first.
 std::vector<std::vector<bool>> Observe(SignatureState& st, const Plan& plan, DynamicMode mode,
-                                       const CallHints& hints) {
+                                       const CallHints& hints, bool* static_changed) {
   const size_t n = plan.inputs.size();
   SizeVariant& v = VariantOf(st, plan);
   std::vector<std::vector<bool>> dyn(n);
@@ -383,7 +396,10 @@ std::vector<std::vector<bool>> Observe(SignatureState& st, const Plan& plan, Dyn
     dyn[i].assign(sizes.size(), false);
     for (size_t d = 0; d < sizes.size(); ++d) {
       const std::optional<DimHint>& h = hints[i][d];
-      if (h && !h->dynamic) continue;
+      if (h && !h->dynamic) {
+        *static_changed |= sizes[d] != v.first[i][d];
+        continue;
+      }
       if (mode != DynamicMode::Off && sizes[d] > 1 &&
           (mode == DynamicMode::All || sizes[d] != v.first[i][d]))
         v.dynamic[i][d] = true;
@@ -411,14 +427,16 @@ std::vector<bool> ParameterInputs(const Plan& plan, const std::vector<c10::IValu
 // The dims the rule counts with a static size (RuleEntry::dynamic's
 // static_dims) stay static, in every input that carries them: a static dim
 // broadcast against a padded one would read the padding as elements. False
-// (with the rule's reason) when the call runs exact shapes.
-bool RuleStaticDims(const Call& call, CallHints* hints) {
+// (with the rule's reason) when the call runs exact shapes. `*because`: why
+// the rule keeps its dims static.
+bool RuleStaticDims(const Call& call, CallHints* hints, const char** because) {
   const lowering::StaticDimsRule& rule = call.desc->rule->dynamic.static_dims;
   if (!rule) return true;
   const std::vector<Arg> abstract = AbstractArgs(call.plan);
   lowering::StaticDims dims(abstract);
   rule(abstract, dims);
   if (dims.exact()) return Refuse(dims.exact());
+  *because = dims.because();
   for (const auto& [a, d] : dims.dims()) {
     if (a >= call.plan.args.size()) continue;
     const ArgPlan& ap = call.plan.args[a];
@@ -538,6 +556,9 @@ struct DynamicLayout {
   // Per storage: an in-place destination whose old elements the op never
   // reads (RuleEntry::overwrites_destination): not a module parameter.
   std::vector<bool> overwritten;
+  // Per destination: its window of its storage's padded layout (nullopt: a
+  // whole storage, or a fresh result).
+  std::vector<std::optional<ViewRead>> writes;
   bool hinted = false;   // some input dim is dynamic by a mark_dynamic hint
   bool bounded = false;  // ... with a max
 };
@@ -668,6 +689,47 @@ bool PaddedStorages(const Plan& plan, DynamicLayout* lay) {
   return true;
 }
 
+// In-place destinations that are windows of their storage: where each
+// writes in the storage's padded layout (the one this call reads it in, or
+// the one it keeps). False (exact shapes) when the storage is not padded or
+// the window is no permutation of windows of its dims.
+bool PartialWrites(const Plan& plan, DynamicLayout* lay) {
+  lay->writes.assign(plan.dests.size(), std::nullopt);
+  for (size_t k = 0; k < plan.dests.size(); ++k) {
+    const Dest& d = plan.dests[k];
+    if (!d.tensor.defined() || d.geometry.whole) continue;
+    const runtime::DeviceStorage& s = *plan.storages[d.storage];
+    if (lay->capacity[d.storage] < 0 && !s.padded()) return Refuse("in-place write to part of an exact storage");
+    StorageLayout layout = lay->capacity[d.storage] >= 0 ? lay->storage_layout[d.storage]
+                                                         : StorageLayout{s.real_shape, s.padded_shape};
+    int64_t offset = d.offset_param >= 0 ? plan.params[d.offset_param].offset : 0;
+    lay->writes[k] = MapView(d.geometry, offset, layout);
+    const auto& w = lay->writes[k];
+    if (!w || std::find(w->broadcast.begin(), w->broadcast.end(), true) != w->broadcast.end())
+      return Refuse("in-place write to part of a storage no padded layout writes");
+  }
+  return true;
+}
+
+// Whether each dynamic result dim written into part of a storage covers that
+// storage dim's real elements from 0 within its padded size: the result's
+// padding (at its bucket) then lands on the storage's padding only.
+bool WritesFit(const Call& call, const DynamicLayout& lay, const std::vector<std::vector<bool>>& dyn,
+               const std::vector<std::vector<int64_t>>& bucket) {
+  for (size_t k = 0; k < lay.writes.size(); ++k) {
+    if (!lay.writes[k]) continue;
+    const ViewRead& w = *lay.writes[k];
+    for (size_t j = 0; j < w.view_dim.size(); ++j) {
+      const int d = w.view_dim[j];
+      if (d < 0 || !dyn[k][d]) continue;
+      bool whole_real = w.start[j] == 0 && call.specs[k].sizes[d] == w.layout.real[j];
+      if (!whole_real || bucket[k][d] > w.layout.padded[j])
+        return Refuse("in-place write to part of a storage, a dynamic dim not whole");
+    }
+  }
+  return true;
+}
+
 // A read's part of the key: the layout's dims (the bucket where padded, a
 // dynamic dim's real size left out) and the window the view reads.
 void AppendReadKey(const ViewRead& r, const std::vector<bool>& dyn, std::string* key) {
@@ -686,8 +748,19 @@ void AppendBucketKey(const std::vector<int64_t>& bucket, const std::vector<bool>
   for (size_t d = 0; d < bucket.size(); ++d) *key += (dyn[d] ? "<" : "") + std::to_string(bucket[d]) + ",";
 }
 
+// A partial write's part of the key: the layout's padded dims and the
+// window (WritesFit checks the real sizes per call).
+void AppendWriteKey(const ViewRead& w, std::string* key) {
+  *key += "W";
+  for (size_t j = 0; j < w.view_dim.size(); ++j)
+    *key += std::to_string(w.layout.padded[j]) + "@" + std::to_string(w.start[j]) + "v" +
+            std::to_string(w.view_dim[j]) + ",";
+}
+
 std::string DynamicKey(const std::string& sig, const Plan& plan, const DynamicLayout& lay) {
   std::string key = "dyn|" + sig + "|";
+  for (const auto& w : lay.writes)
+    if (w) AppendWriteKey(*w, &key);
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     if (lay.overwritten[plan.inputs[i].storage]) {  // read for its type only
       AppendBucketKey(lay.in_bucket[i], lay.in_dynamic[i], &key);
@@ -705,7 +778,8 @@ std::string DynamicKey(const std::string& sig, const Plan& plan, const DynamicLa
   return key;
 }
 
-// Output specs with the inputs at `sizes` (meta kernel).
+// Output specs with the inputs at `sizes` (meta kernel); the undefined
+// outputs left out, as in call.specs.
 std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle& op,
                                     const std::vector<c10::IValue>& args,
                                     const std::vector<std::vector<int64_t>>& sizes) {
@@ -736,6 +810,7 @@ std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle&
   }
   std::vector<OutputSpec> out;
   for (const auto& r : stack) {
+    if (r.isNone() || (r.isTensor() && !r.toTensor().defined())) continue;  // undefined: as call.specs
     if (!r.isTensor()) throw lowering::Unsupported("dynamic: a non-tensor result");
     const at::Tensor& t = r.toTensor();
     out.push_back({t.sizes().vec(), t.strides().vec(), t.scalar_type()});
@@ -766,6 +841,21 @@ Value SizedLike(hlo::Builder& b, Value v, const std::vector<bool>& dyn, const st
 // `buffer`: the sizes the storage keeps (each dynamic dim at the bucket of
 // its bound: a cat's bound, its inputs' buckets summed, is no bucket; the
 // next op reads the result at its bucket).
+// `v` static: each dynamic dim d gathered at indices 0..sizes[d]-1 (rows
+// past its bound repeat its last one: a gather clamps; padding).
+Value GatheredStatic(hlo::Builder& b, Value v, const std::vector<bool>& dyn, const std::vector<int64_t>& sizes) {
+  for (size_t d = 0; d < dyn.size(); ++d) {
+    if (!dyn[d]) continue;
+    Value rows = b.Iota(hlo::TensorType{ElementType::I32, {sizes[d], 1}}, 0);
+    Value g = b.Gather(v, rows, {static_cast<int64_t>(d)});  // dim d first
+    std::vector<int64_t> perm;
+    for (size_t i = 0; i < dyn.size(); ++i)
+      perm.push_back(i < d ? static_cast<int64_t>(i) + 1 : (i == d ? 0 : static_cast<int64_t>(i)));
+    v = b.Transpose(g, perm);
+  }
+  return v;
+}
+
 Value PadDynamic(hlo::Builder& b, Value v, std::vector<bool> dyn, const std::vector<int64_t>& order,
                  std::vector<int64_t> buffer) {
   bool permuted = false;
@@ -781,16 +871,7 @@ Value PadDynamic(hlo::Builder& b, Value v, std::vector<bool> dyn, const std::vec
     dyn = moved;
     buffer = sizes;
   }
-  for (size_t d = 0; d < dyn.size(); ++d) {
-    if (!dyn[d]) continue;
-    // Rows past the bound repeat its last one (a gather clamps): padding.
-    Value rows = b.Iota(hlo::TensorType{ElementType::I32, {buffer[d], 1}}, 0);
-    Value g = b.Gather(v, rows, {static_cast<int64_t>(d)});  // dim d first
-    std::vector<int64_t> perm;
-    for (size_t i = 0; i < dyn.size(); ++i)
-      perm.push_back(i < d ? static_cast<int64_t>(i) + 1 : (i == d ? 0 : static_cast<int64_t>(i)));
-    v = b.Transpose(g, perm);
-  }
+  v = GatheredStatic(b, v, dyn, buffer);
   return b.Reshape(v, {v.type.numel()});
 }
 
@@ -844,15 +925,35 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
     dc.checks.push_back(call.desc->name + ": " + check.message);
   }
   for (size_t k = 0; k < e.fresh_results.size(); ++k) {
-    outs.push_back(PadDynamic(b, e.fresh_results[k], dc.out_dynamic[k], dc.out_order[k], dc.out_buffer[k]));
+    if (k < lay.writes.size() && lay.writes[k]) {  // into part of its storage's padded buffer
+      Value update = GatheredStatic(b, e.fresh_results[k], dc.out_dynamic[k], dc.out_bucket[k]);
+      Value buffer = params.at(plan.storage_param.at(plan.dests[k].storage));
+      outs.push_back(WritePaddedView(b, buffer, *lay.writes[k], update));
+    } else {
+      outs.push_back(PadDynamic(b, e.fresh_results[k], dc.out_dynamic[k], dc.out_order[k], dc.out_buffer[k]));
+    }
   }
   b.Return(outs);
   return b.ToText();
 }
 
-// Compiles the executable of `key` (nullptr: the signature stays exact).
+// Whether an executable's static result dims (`dyn` false) are this call's
+// sizes: a dim rounded up from a dynamic one (a logsumexp's rows, to a
+// multiple of 32) is the same at the bucket as at the real size only when
+// both round alike (sizes past 512, in buckets of 64, may not).
+bool StaticResultsFit(const std::vector<std::vector<bool>>& dyn, const std::vector<std::vector<int64_t>>& bucket,
+                      const Call& call) {
+  for (size_t k = 0; k < dyn.size(); ++k)
+    for (size_t d = 0; d < dyn[k].size(); ++d)
+      if (!dyn[k][d] && bucket[k][d] != call.specs[k].sizes[d])
+        return Refuse("a static result dim rounded past its real size at the bucket");
+  return true;
+}
+
+// Compiles the executable of `key` (nullptr: the signature stays exact; the
+// call alone runs exact when its static result dims do not fit: `*unfit`).
 DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const c10::OperatorHandle& op,
-                                const std::vector<c10::IValue>& args, const DynamicLayout& lay) {
+                                const std::vector<c10::IValue>& args, const DynamicLayout& lay, bool* unfit) {
   // Output dims that follow the dynamic input dims: those that change when
   // the bucket sizes shrink by one.
   std::vector<std::vector<int64_t>> smaller = lay.in_bucket;
@@ -868,19 +969,24 @@ DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const 
     if (smaller_specs[k].sizes.size() != big.size() || big.size() != call.specs[k].sizes.size())
       return nullptr;
     std::vector<bool> dyn(big.size());
-    for (size_t d = 0; d < big.size(); ++d) {
-      dyn[d] = big[d] != smaller_specs[k].sizes[d];
-      // A static dim must be the real size (a rounded size, e.g. a
-      // logsumexp padded to 32 rows, would not follow): exact shapes then.
-      if (!dyn[d] && big[d] != call.specs[k].sizes[d]) return nullptr;
-    }
+    for (size_t d = 0; d < big.size(); ++d) dyn[d] = big[d] != smaller_specs[k].sizes[d];
     dc.out_dynamic.push_back(dyn);
     dc.out_bucket.push_back(big);
-    dc.out_order.push_back(*StorageOrder(call.specs[k].sizes, call.specs[k].strides));
+    // A partial write's strides are its window's (gaps): its order is unused.
+    std::optional<std::vector<int64_t>> order = StorageOrder(call.specs[k].sizes, call.specs[k].strides);
+    if (!order) {
+      order.emplace(big.size());
+      std::iota(order->begin(), order->end(), 0);
+    }
+    dc.out_order.push_back(*order);
     std::vector<int64_t> buffer = big;
     for (size_t d = 0; d < big.size(); ++d)
       if (dyn[d] && !lay.bounded) buffer[d] = Bucket(big[d]);  // a hint's max is the bucket itself
     dc.out_buffer.push_back(buffer);
+  }
+  if (!StaticResultsFit(dc.out_dynamic, dc.out_bucket, call) || !WritesFit(call, lay, dc.out_dynamic, dc.out_bucket)) {
+    *unfit = true;
+    return nullptr;
   }
   std::string text = BuildDynamicModule(call, lay, bucket_specs, dc);
   dc.exe = GetOrCompileCounted(key, call.plan.device, [&] { return text; }, call.desc->name, true);
@@ -927,6 +1033,15 @@ void PropagateHints(const at::Tensor& t, const std::vector<bool>& dyn, const std
   }
 }
 
+// A storage written in part takes the new buffer in the padded layout it
+// was passed in (its own when it read it so).
+void KeepWrittenLayout(runtime::DeviceStorage* s, pjrt::BufferPtr buffer, const DynamicLayout& lay, size_t storage) {
+  StorageLayout layout{s->real_shape, s->padded_shape};
+  if (lay.capacity[storage] >= 0 && !(s->padded() && SameLayout(layout, lay.storage_layout[storage])))
+    layout = lay.storage_layout[storage];
+  s->SetPadded(std::move(buffer), layout.real, layout.padded);
+}
+
 std::vector<c10::IValue> LaunchDynamic(const Call& call, const DynamicCompiled& dc,
                                        const DynamicLayout& lay) {
   const Plan& plan = call.plan;
@@ -954,7 +1069,9 @@ std::vector<c10::IValue> LaunchDynamic(const Call& call, const DynamicCompiled& 
     const at::Tensor& dest = plan.dests[k].tensor;  // in-place: its storage takes the result
     at::Tensor t = dest.defined() ? dest : FreshTensor(call, k);
     runtime::DeviceStorage* s = StorageOf(t);
-    if (AnyDynamic(dc.out_dynamic[k])) {
+    if (k < lay.writes.size() && lay.writes[k]) {
+      KeepWrittenLayout(s, outs.at(k), lay, plan.dests[k].storage);
+    } else if (AnyDynamic(dc.out_dynamic[k])) {
       std::vector<int64_t> real, padded;  // storage order
       for (int64_t d : dc.out_order[k]) {
         real.push_back(call.specs[k].sizes[d]);
@@ -969,6 +1086,50 @@ std::vector<c10::IValue> LaunchDynamic(const Call& call, const DynamicCompiled& 
   }
   CountNative(*call.desc);
   return WithUndefined(call, std::move(results));
+}
+
+// Which storages a dynamic call takes padded, in which layouts, and where
+// it writes windows of them; false (with the reason) when it runs exact.
+bool LayOutStorages(const Call& call, DynamicLayout* lay) {
+  OverwrittenStorages(call, lay);
+  if (!PaddedStorages(call.plan, lay)) {
+    // A window of an exact storage (x[1:].add_(1)): the write is the reason.
+    for (size_t k = 0; k < call.specs.size(); ++k)
+      if (PartialDestination(call, k)) Refuse("in-place write to part of a storage");
+    return false;
+  }
+  return PartialWrites(call.plan, lay);
+}
+
+// The executable of `key`: cached, when its static results and partial
+// writes fit this call, or compiled. nullptr: the call runs exact shapes
+// (and its signature from now on when XLA or the meta kernel refused the
+// module; a hinted layout alone when a hint made it).
+DynamicCompiled* ExecutableFor(const std::string& key, const Call& call, const c10::OperatorHandle& op,
+                               const std::vector<c10::IValue>& args, const DynamicLayout& lay, SignatureState* st) {
+  DynamicState& state = State();
+  auto found = state.executables.find(key);
+  if (found != state.executables.end()) {
+    DynamicCompiled* dc = &found->second;
+    if (!StaticResultsFit(dc->out_dynamic, dc->out_bucket, call) || !WritesFit(call, lay, dc->out_dynamic, dc->out_bucket))
+      return nullptr;
+    CountDynamicHit();
+    return dc;
+  }
+  DynamicCompiled* dc = nullptr;
+  bool unfit = false;
+  try {
+    dc = CompileDynamic(key, call, op, args, lay, &unfit);
+  } catch (const lowering::Unsupported&) {
+  } catch (const pjrt::Error&) {       // XLA cannot pad this module: exact shapes for the signature
+  } catch (const c10::Error&) {        // the meta kernel refuses the bucket's sizes
+  } catch (const std::exception&) {    // ... a Python one (a decomposition such as addmm's) raises python_error
+  }
+  if (!dc && !unfit) {  // (unfit: exact for this call's sizes only)
+    if (lay.hinted) state.failed.insert(key); else st->exact_only = true;
+    ++Counters().exact_fallbacks;
+  }
+  return dc;
 }
 
 }  // namespace
@@ -1063,7 +1224,8 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
     if (fixed[i])
       for (auto& h : hints[i])
         if (!h) h = DimHint{false, -1, -1};
-  if (!RuleStaticDims(call, &hints)) return std::nullopt;
+  const char* static_because = nullptr;
+  if (!RuleStaticDims(call, &hints, &static_because)) return std::nullopt;
   t_exact_reason = "dynamic shapes off (TORCH_TPU_DYNAMIC_SHAPES=0)";
   if (mode == DynamicMode::Off && !hinted) return std::nullopt;
   DynamicState& state = State();
@@ -1072,8 +1234,11 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
   t_exact_reason = "XLA could not pad this signature's module";
   if (st.exact_only) return std::nullopt;
   DynamicLayout lay;
-  lay.in_dynamic = Observe(st, call.plan, mode, hints);
-  t_exact_reason = "first sizes of its signature";
+  bool static_changed = false;
+  lay.in_dynamic = Observe(st, call.plan, mode, hints, &static_changed);
+  t_exact_reason = !static_changed ? "first sizes of its signature"
+                   : static_because ? static_because
+                                    : "a new size in a dim kept static (by its rule, or mark_static)";
   if (std::none_of(lay.in_dynamic.begin(), lay.in_dynamic.end(), AnyDynamic)) return std::nullopt;
   DrainLaunches();  // a dynamic call reads (and pads) its storages' buffers itself
   SettleRecordingFor(call);  // ... and runs alone in fused eager
@@ -1085,35 +1250,12 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
       }
   lay.in_bucket = BucketSizes(call.plan, lay.in_dynamic, hints, st);
   if (lay.hinted) UnifyHintedSizes(call.plan, hints, &lay);
-  OverwrittenStorages(call, &lay);
-  if (!PaddedStorages(call.plan, &lay)) return std::nullopt;
+  if (!LayOutStorages(call, &lay)) return std::nullopt;
   std::string key = DynamicKey(sig, call.plan, lay);
   t_exact_reason = "XLA could not pad this signature's module";
   if (state.failed.count(key)) return std::nullopt;
-  DynamicCompiled* dc = nullptr;
-  auto found = state.executables.find(key);
-  if (found != state.executables.end()) {
-    dc = &found->second;
-    CountDynamicHit();
-  } else {
-    try {
-      dc = CompileDynamic(key, call, op, args, lay);
-    } catch (const lowering::Unsupported&) {
-      dc = nullptr;
-    } catch (const pjrt::Error&) {
-      dc = nullptr;  // XLA cannot pad this module: exact shapes for the signature
-    } catch (const c10::Error&) {
-      dc = nullptr;  // the meta kernel refuses the bucket's sizes
-    } catch (const std::exception&) {
-      dc = nullptr;  // ... a Python one (a decomposition such as addmm's) raises python_error
-    }
-    if (!dc) {
-      // A hint's layout failing leaves the signature's automatic policy alone.
-      if (lay.hinted) state.failed.insert(key); else st.exact_only = true;
-      ++Counters().exact_fallbacks;
-      return std::nullopt;
-    }
-  }
+  DynamicCompiled* dc = ExecutableFor(key, call, op, args, lay, &st);
+  if (!dc) return std::nullopt;
   state.specs[call.plan.key] = call.cached();
   if (!lay.hinted) RememberSmallBuckets(lay.in_bucket, lay.in_dynamic, &st);
   return LaunchDynamic(call, *dc, lay);

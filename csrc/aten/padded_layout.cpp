@@ -190,4 +190,27 @@ hlo::Value ReadPaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& re
   return unexpanded == view_sizes ? v : b.BroadcastInDim(v, view_sizes, dims);
 }
 
+hlo::Value WritePaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& write, hlo::Value update) {
+  const StorageLayout& l = write.layout;
+  // The update's dims of size > 1 (the ones a layout dim reads), in view order.
+  std::vector<int64_t> kept_sizes, kept_dims;
+  for (size_t d = 0; d < update.shape().size(); ++d)
+    if (update.shape()[d] != 1) {
+      kept_dims.push_back(static_cast<int64_t>(d));
+      kept_sizes.push_back(update.shape()[d]);
+    }
+  std::vector<int64_t> perm, extent(l.padded.size(), 1);
+  for (size_t j = 0; j < l.padded.size(); ++j) {
+    int d = write.view_dim[j];
+    if (d < 0) continue;
+    extent[j] = update.shape()[d];
+    perm.push_back(std::find(kept_dims.begin(), kept_dims.end(), d) - kept_dims.begin());
+  }
+  hlo::Value v = b.Transpose(b.Reshape(update, kept_sizes), perm);  // layout order
+  std::vector<hlo::Value> starts;
+  for (int64_t s : write.start) starts.push_back(b.ConstantInt(hlo::ElementType::I64, s));
+  hlo::Value written = b.DynamicUpdateSlice(b.Reshape(buffer, l.padded), b.Reshape(v, extent), starts);
+  return b.Reshape(written, {buffer.type.numel()});
+}
+
 }  // namespace torch_tpu::aten

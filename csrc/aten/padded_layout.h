@@ -61,4 +61,9 @@ bool SameLayout(const StorageLayout& a, const StorageLayout& b);
 hlo::Value ReadPaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& read,
                           const std::vector<int64_t>& view_sizes);
 
+// `buffer` (flat, at `write.layout.padded` sizes) with `update` (static, at
+// the view's sizes; the view reads no dim broadcast) written into the view's
+// window: the new flat buffer.
+hlo::Value WritePaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& write, hlo::Value update);
+
 }  // namespace torch_tpu::aten

@@ -161,10 +161,20 @@ std::vector<Value> AttentionForward(Context& c, const std::vector<Arg>& a) {
     out = b.Convert(b.Reshape(o, {s.B, s.Hq, s.L, s.Ev}), out_t.dtype);
     lse = b.Convert(b.Reshape(f.lse, {s.B, s.Hq, s.L}), E::F32);
   }
-  // logsumexp is padded (or empty when not requested) per the meta kernel.
+  // logsumexp is padded with zeros (or empty when not requested) per the
+  // meta kernel. Padded by writing it into zeros one row longer than its
+  // rounded rows, then cutting that row off: on a bounded-dynamic L, XLA's
+  // padder writes the real rows only, and infers the result static (an
+  // update smaller than its destination), which it must be: a dynamic
+  // result comes back from XLA:CPU with its sizes appended, a buffer no
+  // executable takes (a pad or concatenate would stay dynamic).
   int64_t want = lse_t.shape.at(2);
-  if (want >= s.L) {
-    lse = b.Pad(lse, b.Constant(E::F32, 0), {0, 0, 0}, {0, 0, want - s.L}, {0, 0, 0});
+  if (want == 0) {
+    lse = b.Splat(E::F32, 0, {s.B, s.Hq, 0});
+  } else if (want >= s.L) {
+    Value zero = b.ConstantInt(E::I64, 0);
+    lse = b.DynamicUpdateSlice(b.Splat(E::F32, 0, {s.B, s.Hq, want + 1}), lse, {zero, zero, zero});
+    lse = b.Slice(lse, {0, 0, 0}, {s.B, s.Hq, want}, {1, 1, 1});
   } else {
     lse = b.Slice(lse, {0, 0, 0}, {s.B, s.Hq, want}, {1, 1, 1});
   }
@@ -233,20 +243,37 @@ std::vector<Value> AttentionBackward(Context& c, const std::vector<Arg>& a) {
 
 // Bounded dynamic shapes: batch and sequence dims only. A padded head count
 // would change grouped-query attention's grouping, a padded head dim the
-// default scale 1/sqrt(E). q, k, v: [b, h, s, E] (dims 0 and -2); the mask:
-// its first and last two dims (padded batch rows are independent). Training
-// keeps exact shapes: the saved logsumexp's rows are rounded up to a multiple
-// of 32, a size that does not follow the sequence length.
-void AttentionStaticDims(const std::vector<Arg>& a, StaticDims& s) {
-  if (a.size() > 4 && a[4].kind == K::Bool && a[4].i)
-    return s.Exact("attention that saves its logsumexp for backward");
-  for (size_t arg = 0; arg < 4; ++arg) {
+// default scale 1/sqrt(E). `args`: the schema args of q, k, v and the mask:
+// q, k, v [b, h, s, E] (dims 0 and -2); the mask its first and last two
+// dims (padded batch rows are independent).
+void HeadDimsStatic(const std::vector<size_t>& args, size_t mask, StaticDims& s) {
+  for (size_t arg : args) {
     const size_t rank = s.Rank(arg);
     for (size_t d = 0; d < rank; ++d) {
-      bool sequence = d + 2 == rank || (arg == 3 && d + 1 == rank) || (d == 0 && rank == 4);
+      bool sequence = d + 2 == rank || (arg == mask && d + 1 == rank) || (d == 0 && rank == 4);
       if (!sequence) s.Dim(arg, d);
     }
   }
+  s.Because("attention's head counts and head dim stay static");
+}
+
+// The forward (q, k, v, mask, compute_log_sumexp, ...). The saved
+// logsumexp's rows are rounded up to a multiple of 32: a static dim of the
+// result, the same at the bucket as at the real length inside one multiple
+// of 32 (dynamic.cpp runs exact shapes where they differ).
+void AttentionStaticDims(const std::vector<Arg>& a, StaticDims& s) { HeadDimsStatic({0, 1, 2, 3}, 3, s); }
+
+// The backward (grad_out, q, k, v, mask, out, logsumexp, seed, offset,
+// dropout_p, ...): the logsumexp's heads stay static; its rows follow L
+// (SDPA's backward passes it cut to the L real rows, a window of its
+// rounded storage; the rule does not read it: it computes the
+// probabilities again). A dropout mask is drawn at the shape of the call:
+// at the bucket's it would not be the forward's.
+void AttentionBackwardStaticDims(const std::vector<Arg>& a, StaticDims& s) {
+  if (a.size() > 9 && a[9].kind == K::Double && a[9].d > 0)
+    return s.Exact("attention backward with dropout (its mask follows the exact shape)");
+  HeadDimsStatic({0, 1, 2, 3, 4, 5}, 4, s);
+  if (s.Rank(6) == 3) s.Dim(6, 1);
 }
 
 const bool registered = [] {
@@ -258,7 +285,8 @@ const bool registered = [] {
                    return no_dropout ? uint64_t{0} : DrawPerOutputElement(a, outputs);
                  })
       .Dynamic(AttentionStaticDims);
-  Register("_scaled_dot_product_efficient_attention_backward", AttentionBackward);
+  Register("_scaled_dot_product_efficient_attention_backward", AttentionBackward)
+      .Dynamic(AttentionBackwardStaticDims);
   return true;
 }();
 

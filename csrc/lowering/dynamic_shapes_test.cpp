@@ -43,8 +43,8 @@ TEST(DynamicShapes, ElementwiseAndProductsAreDynamicWithNoStaticDims) {
     EXPECT_TRUE(e->dynamic.enabled) << name;
     EXPECT_FALSE(e->dynamic.static_dims) << name;
   }
-  EXPECT_EQ(Find("mm")->dynamic.independent_rows_arg, 0);
-  EXPECT_EQ(Find("addmm")->dynamic.independent_rows_arg, 1);
+  EXPECT_EQ(Find("mm")->dynamic.rows_args, std::vector<size_t>{0});
+  EXPECT_EQ(Find("addmm")->dynamic.rows_args, std::vector<size_t>{1});
   EXPECT_TRUE(Find("pow.Tensor_Scalar")->dynamic.integers_exact);
   EXPECT_FALSE(Find("convolution")->dynamic.enabled);
   EXPECT_FALSE(Find("native_batch_norm")->dynamic.enabled);
@@ -58,7 +58,7 @@ TEST(DynamicShapes, LayerNormKeepsItsNormalizedDimsStatic) {
   EXPECT_EQ(dims, (std::set<std::pair<size_t, size_t>>{{0, 2}, {2, 0}, {3, 0}}));
 }
 
-TEST(DynamicShapes, AttentionKeepsHeadsStaticAndTrainingExact) {
+TEST(DynamicShapes, AttentionKeepsHeadsStaticAlsoInTraining) {
   // (query, key, value [b, h, s, E], attn_bias [b, h, L, S], compute_log_sumexp, ...)
   std::vector<Arg> args = {TensorOf({1, 4, 9, 16}), TensorOf({1, 2, 9, 16}), TensorOf({1, 2, 9, 16}),
                            TensorOf({1, 1, 9, 9}), Literal(Arg::Kind::Bool, 0)};
@@ -66,8 +66,44 @@ TEST(DynamicShapes, AttentionKeepsHeadsStaticAndTrainingExact) {
   EXPECT_EQ(exact, nullptr);
   std::set<std::pair<size_t, size_t>> heads = {{0, 1}, {0, 3}, {1, 1}, {1, 3}, {2, 1}, {2, 3}, {3, 1}};
   EXPECT_EQ(dims, heads);
-  args[4].i = 1;  // saves its logsumexp for backward
-  EXPECT_NE(StaticOf("_scaled_dot_product_efficient_attention", args).second, nullptr);
+  args[4].i = 1;  // saves its logsumexp for backward: the same
+  EXPECT_EQ(StaticOf("_scaled_dot_product_efficient_attention", args), std::make_pair(heads, (const char*)nullptr));
+}
+
+TEST(DynamicShapes, AttentionBackwardKeepsHeadsStaticAndDropoutExact) {
+  // (grad_out, q, k, v, bias, out, logsumexp [b, h, L], seed, offset, dropout_p, ...)
+  Arg dropout = Literal(Arg::Kind::Double);
+  std::vector<Arg> args = {TensorOf({1, 4, 9, 16}), TensorOf({1, 4, 9, 16}), TensorOf({1, 4, 9, 16}),
+                           TensorOf({1, 4, 9, 16}), TensorOf({1, 1, 1, 1}), TensorOf({1, 4, 9, 16}),
+                           TensorOf({1, 4, 9}),     TensorOf({}),           TensorOf({}),
+                           dropout};
+  auto [dims, exact] = StaticOf("_scaled_dot_product_efficient_attention_backward", args);
+  EXPECT_EQ(exact, nullptr);
+  std::set<std::pair<size_t, size_t>> want = {{0, 1}, {0, 3}, {1, 1}, {1, 3}, {2, 1}, {2, 3}, {3, 1},
+                                              {3, 3}, {4, 1}, {5, 1}, {5, 3}, {6, 1}};
+  EXPECT_EQ(dims, want);
+  args[9].d = 0.1;
+  EXPECT_NE(StaticOf("_scaled_dot_product_efficient_attention_backward", args).second, nullptr);
+}
+
+TEST(DynamicShapes, ConstantPadKeepsCroppedDimsStatic) {
+  // constant_pad_nd(self [b, s, h], pad (h: 1, -1), (s: 0, 2)): the crop of h keeps it static
+  auto [dims, exact] = StaticOf("constant_pad_nd", {TensorOf({2, 5, 8}), Literal(Arg::Kind::IntList, 0, {1, -1, 0, 2})});
+  EXPECT_EQ(exact, nullptr);
+  EXPECT_EQ(dims, (std::set<std::pair<size_t, size_t>>{{0, 2}}));
+}
+
+TEST(DynamicShapes, LossOpsRunOnRows) {
+  // log_softmax over the last dim of [r, V] rows; nll_loss's target padding rows ignored.
+  const RuleEntry* ls = Find("_log_softmax");
+  EXPECT_EQ(ls->dynamic.rows_args, std::vector<size_t>{0});
+  EXPECT_TRUE(ls->dynamic.rows_when({TensorOf({6, 10}), Literal(Arg::Kind::Int, -1), Literal(Arg::Kind::Bool)}));
+  EXPECT_FALSE(ls->dynamic.rows_when({TensorOf({6, 10}), Literal(Arg::Kind::Int, 0), Literal(Arg::Kind::Bool)}));
+  EXPECT_FALSE(ls->dynamic.rows_when({TensorOf({2, 3, 10}), Literal(Arg::Kind::Int, 2), Literal(Arg::Kind::Bool)}));
+  const RuleEntry* nll = Find("nll_loss_forward");
+  EXPECT_EQ(nll->dynamic.rows_args, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(nll->dynamic.neutral_rows, std::make_pair(1, 4));  // target <- ignore_index
+  EXPECT_EQ(Find("nll_loss_backward")->dynamic.neutral_rows, std::make_pair(2, 5));
 }
 
 TEST(DynamicShapes, IndexCopyIsDynamicAlongItsDimOnly) {

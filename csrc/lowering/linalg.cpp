@@ -107,7 +107,7 @@ const bool registered = [] {
   // Rows are independent in mm's self and addmm's mat1; mm contracts its
   // self's columns with mat2's rows (DynamicShapes).
   RuleEntry& mm = Register("mm", ProductRule({}, {}, {1}, {0})).Dynamic();
-  mm.dynamic.independent_rows_arg = 0;
+  mm.dynamic.rows_args = {0};
   mm.dynamic.contracts_rows = true;
   // [b, n, k] x [b, k, m]
   Register("bmm", ProductRule({0}, {0}, {2}, {1})).Dynamic();
@@ -121,7 +121,7 @@ const bool registered = [] {
   Register("mm.dtype", ProductRule({}, {}, {1}, {0}));
   Register("bmm.dtype", ProductRule({0}, {0}, {2}, {1}));
 
-  Register("addmm", AddProductRule({}, {}, {1}, {0})).Dynamic().dynamic.independent_rows_arg = 1;
+  Register("addmm", AddProductRule({}, {}, {1}, {0})).Dynamic().dynamic.rows_args = {1};
   Register("baddbmm", AddProductRule({0}, {0}, {2}, {1}));
   // sum over the batch: contract batch and k together.
   Register("addbmm", AddProductRule({}, {}, {0, 2}, {0, 1}));

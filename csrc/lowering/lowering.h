@@ -111,13 +111,18 @@ class StaticDims {
   void Last(size_t arg, size_t n);  // its last n dims (all when n >= rank)
   // This call runs exact shapes; `why` is a string literal (debug.report()).
   void Exact(const char* why) { exact_ = why; }
+  // Why the dims are static (a string literal): debug.report()'s reason
+  // when a new size in one of them compiles exact shapes.
+  void Because(const char* why) { because_ = why; }
   const std::vector<std::pair<size_t, size_t>>& dims() const { return dims_; }
   const char* exact() const { return exact_; }
+  const char* because() const { return because_; }
 
  private:
   const std::vector<Arg>& args_;
   std::vector<std::pair<size_t, size_t>> dims_;
   const char* exact_ = nullptr;
+  const char* because_ = nullptr;
 };
 using StaticDimsRule = std::function<void(const std::vector<Arg>&, StaticDims&)>;
 
@@ -132,10 +137,22 @@ struct DynamicShapes {
   bool integers_exact = false;
   // The dims it counts with a static size (empty: none).
   StaticDimsRule static_dims;
-  // The schema arg whose rows the op treats independently (mm's self):
-  // on a view that folds a storage padded in two dims into rows, the op runs
-  // on all the buffer's rows (csrc/aten/padded_rows.cpp). -1: none.
-  int independent_rows_arg = -1;
+  // Ops on rows (csrc/aten/padded_rows.cpp): the schema args whose first
+  // dim is the rows of the op (mm's self; log_softmax's input; nll_loss's
+  // self and target). When each is a whole [r, k] or [r] view folding a
+  // storage padded alike in two or more dims (a linear's [b, s, h] input
+  // read as [b*s, h], a causal LM's [b*s, V] logits), the op runs on all the
+  // buffer's rows, and its results whose first dim is r keep the rows'
+  // padded layout. Rank-0 and absent args are not rows. Empty: none.
+  std::vector<size_t> rows_args;
+  // An op that reduces across its rows (nll_loss): in the module every rows
+  // arg's padding rows are zeroed, and arg `first` takes there the value of
+  // the int arg `second` (the target's ignore_index), so that they add
+  // nothing. {-1, -1}: the rows are independent (padding rows stay padding).
+  std::pair<int, int> neutral_rows{-1, -1};
+  // Whether a call's args make its rows rows (log_softmax over its last dim
+  // of a 2-d input). Empty: always.
+  std::function<bool(const std::vector<Arg>&)> rows_when;
   // A matrix product contracting the columns of its first tensor arg with
   // the rows of its second (mm): when both are such folds of storages padded
   // alike (grad_output^T @ input, a linear's weight gradient), the module

@@ -156,8 +156,18 @@ const bool registered = [] {
       s.All(self + 2);
     };
   };
-  Register("nll_loss_forward", NllForward).Dynamic(classes_static(0));  // (self, target, weight, ...)
-  Register("nll_loss_backward", NllBackward).Dynamic(classes_static(1));  // (grad, self, target, weight, ...)
+  // On rows ([b*s, C] logits of a causal LM, DynamicShapes::rows_args): the
+  // padding rows' targets become ignore_index, so they add no loss, no weight
+  // and no gradient.
+  RuleEntry& fwd = Register("nll_loss_forward", NllForward).Dynamic(classes_static(0));  // (self, target, weight, reduction, ignore_index)
+  fwd.dynamic.rows_args = {0, 1};
+  fwd.dynamic.neutral_rows = {1, 4};
+  fwd.dynamic.rows_when = [](const std::vector<Arg>& a) { return a.at(0).tensor.rank() == 2; };
+  // (grad, self, target, weight, reduction, ignore_index, total_weight)
+  RuleEntry& bwd = Register("nll_loss_backward", NllBackward).Dynamic(classes_static(1));
+  bwd.dynamic.rows_args = {0, 1, 2};
+  bwd.dynamic.neutral_rows = {2, 5};
+  bwd.dynamic.rows_when = [](const std::vector<Arg>& a) { return a.at(1).tensor.rank() == 2; };
   Register("nll_loss2d_forward", NllForward);
   Register("nll_loss2d_backward", NllBackward);
   // mse_loss(self, target, int reduction=Mean)

@@ -408,6 +408,12 @@ Rule CumulativeRule(bool product) {
   };
 }
 
+// A softmax's rows (DynamicShapes::rows_when): a 2-d input, over its last dim.
+bool RowsOverLastDim(const std::vector<Arg>& a) {
+  const Arg& x = a.at(0);
+  return x.kind == Arg::Kind::Tensor && x.tensor.rank() == 2 && WrapDim(a.at(a.size() > 3 ? 2 : 1).i, 2) == 1;
+}
+
 const bool registered = [] {
   // Out= variants take the functional's arguments first, then the outputs.
   Register("sum", SumRule(-1, false), {"sum.out"}).Dynamic();
@@ -436,12 +442,18 @@ const bool registered = [] {
   Register("all.dim", AnyAllRule(1, false), {"all.out"}).Dynamic();
   Register("all.dims", AnyAllRule(1, false), {"all.dims_out"});
   Register("logsumexp", LogSumExp, {"logsumexp.out"});
-  Register("_softmax", SoftmaxRule(false), {"_softmax.out"}).Dynamic();
-  Register("_log_softmax", SoftmaxRule(true), {"_log_softmax.out"}).Dynamic();
-  Register("_softmax_backward_data", SoftmaxBackwardRule(false),
-           {"_softmax_backward_data.out"}).Dynamic();
-  Register("_log_softmax_backward_data", SoftmaxBackwardRule(true),
-           {"_log_softmax_backward_data.out"}).Dynamic();
+  // (Log-)softmax over the last dim of [r, k] rows treats its rows
+  // independently, also in its backward (grad_output, output, dim, ...).
+  for (bool log : {false, true}) {
+    std::string name = log ? "_log_softmax" : "_softmax";
+    RuleEntry& fwd = Register(name, SoftmaxRule(log), {name + ".out"}).Dynamic();
+    fwd.dynamic.rows_args = {0};
+    fwd.dynamic.rows_when = RowsOverLastDim;
+    std::string bwd_name = name + "_backward_data";
+    RuleEntry& bwd = Register(bwd_name, SoftmaxBackwardRule(log), {bwd_name + ".out"}).Dynamic();
+    bwd.dynamic.rows_args = {0, 1};
+    bwd.dynamic.rows_when = RowsOverLastDim;
+  }
   Register("linalg_vector_norm", VectorNorm, {"linalg_vector_norm.out"});
   Register("cumsum", CumulativeRule(false), {"cumsum.out", "cumsum_"}).Dynamic();
   Register("cumprod", CumulativeRule(true), {"cumprod.out", "cumprod_"});

@@ -230,6 +230,24 @@ std::vector<Value> MaskedFill(Context& c, const std::vector<Arg>& a) {
   return One(b.Select(mask, v, x));
 }
 
+// x padded in dim d by `low` and `high` elements of `value`, as the
+// concatenation [low block, x, high block]: on a bounded-dynamic dim XLA's
+// padder puts the high block right after the real elements (a pad would
+// leave the padding of x between them).
+Value PadByBlocks(Builder& b, Value x, Value value, int64_t d, int64_t low, int64_t high) {
+  if (low == 0 && high == 0) return x;
+  auto block = [&](int64_t n) {
+    std::vector<int64_t> shape = x.shape();
+    shape[d] = n;
+    return b.BroadcastInDim(value, shape, {});
+  };
+  std::vector<Value> parts;
+  if (low > 0) parts.push_back(block(low));
+  parts.push_back(x);
+  if (high > 0) parts.push_back(block(high));
+  return b.Concatenate(parts, d);
+}
+
 std::vector<Value> ConstantPadNd(Context& c, const std::vector<Arg>& a) {
   const TensorType& out = Out(c);
   Builder& b = c.b;
@@ -245,10 +263,24 @@ std::vector<Value> ConstantPadNd(Context& c, const std::vector<Arg>& a) {
   std::vector<int64_t> low(x.rank(), 0), high(x.rank(), 0), interior(x.rank(), 0);
   for (size_t j = 0; j < pad.size() / 2; ++j) {
     int64_t d = x.rank() - 1 - static_cast<int64_t>(j);
-    low[d] = pad[2 * j];
-    high[d] = pad[2 * j + 1];
+    if (pad[2 * j] < 0 || pad[2 * j + 1] < 0) {  // a crop: pad (and cut) this dim below
+      low[d] = pad[2 * j];
+      high[d] = pad[2 * j + 1];
+    } else {
+      x = PadByBlocks(b, x, value, d, pad[2 * j], pad[2 * j + 1]);
+    }
   }
   return One(b.Reshape(b.Pad(x, value, low, high, interior), out.shape));
+}
+
+// constant_pad_nd under bounded dynamic shapes: a dim it crops (a negative
+// pad) keeps its size; the dims it pads run dynamic (PadByBlocks).
+void ConstantPadStaticDims(const std::vector<Arg>& a, StaticDims& s) {
+  const std::vector<int64_t>& pad = a[1].ints;
+  const size_t rank = s.Rank(0);
+  for (size_t j = 0; j < pad.size() / 2 && j < rank; ++j)
+    if (pad[2 * j] < 0 || pad[2 * j + 1] < 0) s.Dim(0, rank - 1 - j);
+  s.Because("a negative pad (a crop) keeps its dim static");
 }
 
 // ---------------------------------------------------------------- indexing
@@ -351,7 +383,7 @@ std::vector<Value> IndexAdd(Context& c, const std::vector<Arg>& a) {
 
 const bool registered = [] {
   Register("cat", Cat).Dynamic();
-  Register("stack", Stack);
+  Register("stack", Stack).Dynamic();
   Register("clone", [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = Out(c);
     return One(c.b.Reshape(c.b.Convert(a[0].tensor, out.dtype), out.shape));
@@ -381,7 +413,7 @@ const bool registered = [] {
   Register("repeat", Repeat);
   Register("masked_fill.Scalar", MaskedFill).Dynamic();
   Register("masked_fill.Tensor", MaskedFill);
-  Register("constant_pad_nd", ConstantPadNd);
+  Register("constant_pad_nd", ConstantPadNd).Dynamic(ConstantPadStaticDims);
 
   Register("embedding", Embedding).Dynamic();
   Register("index_select", IndexSelect);
