@@ -312,7 +312,8 @@ const Chain& ChainFor(const Recorder& r, const std::string& key, const std::vect
 // Runs a taken recording: results are the pending storages' new values
 // (each aliased to its parameter, which is donated), then the assertions.
 void RunRecording(Recorder& r) {
-  std::string key = r.key + "|out:";
+  // A call's key names its device (call_plan.cpp), a module's does not.
+  std::string key = r.key + "|@" + std::to_string(r.device) + "|out:";
   std::vector<int> aliases;
   for (DeviceStorage* s : r.pending) {
     key += std::to_string(s->pending_value) + ",";
