@@ -22,6 +22,21 @@ def _compiles():
     return s["compiles"], s["compiles_by_op"], s["exact_reasons"]
 
 
+def _new_lengths_equal_cpu_and_compile_nothing(run, tol):
+    """`run(n, seed)` returns (tpu results, CPU results) at length n: after lengths
+    12 and 14 (the second makes the signatures dynamic, bucket 16), lengths 13,
+    15 and 11 give CPU's results and compile nothing."""
+    for i, n in enumerate((12, 14)):
+        run(n, i)
+    for i, n in enumerate((13, 15, 11)):
+        debug.reset_stats()
+        got, want = run(n, 10 + i)
+        compiles, by_op, reasons = _compiles()
+        for d, c in zip(got, want):
+            torch.testing.assert_close(d.cpu(), c, rtol=tol, atol=tol)
+        assert compiles == 0, (n, by_op, reasons)
+
+
 def test_label_shift_pad_on_new_lengths_compiles_nothing():
     # A causal LM's loss: labels padded by one ignore_index on the right, then shifted.
     def shift(labels):
@@ -118,15 +133,7 @@ def test_attention_training_on_new_lengths_compiles_nothing(causal):
             results.append([y.detach()] + [p.grad for p in model.parameters()])
         return results
 
-    for i, n in enumerate((12, 14)):  # the second length makes the signatures dynamic (bucket 16)
-        run(n, i)
-    for i, n in enumerate((13, 15, 11)):
-        debug.reset_stats()
-        got, want = run(n, 10 + i)
-        compiles, by_op, reasons = _compiles()
-        for d, c in zip(got, want):
-            torch.testing.assert_close(d.cpu(), c, rtol=1e-4, atol=1e-4)
-        assert compiles == 0, (n, by_op, reasons)
+    _new_lengths_equal_cpu_and_compile_nothing(run, tol=1e-4)
 
 
 def test_saved_logsumexp_equals_cpu_at_new_lengths():
@@ -238,15 +245,7 @@ def test_writes_into_part_of_a_padded_storage_compile_nothing():
             out.append((z, w, torch.ops.aten.slice_backward(a, [2, 3, n, 16], 3, 0, 8, 1) * 1.0))
         return out
 
-    for i, n in enumerate((12, 14)):  # the second length makes the signatures dynamic (bucket 16)
-        run(n, i)
-    for i, n in enumerate((13, 15, 11)):
-        debug.reset_stats()
-        got, want = run(n, 10 + i)
-        compiles, by_op, reasons = _compiles()
-        for d, c in zip(got, want):
-            torch.testing.assert_close(d.cpu(), c, rtol=1e-6, atol=1e-6)
-        assert compiles == 0, (n, by_op, reasons)
+    _new_lengths_equal_cpu_and_compile_nothing(run, tol=1e-6)
 
 
 def test_writes_into_part_of_a_padded_dim_run_exact():
