@@ -228,9 +228,11 @@ std::vector<c10::IValue> Record(const std::shared_ptr<const KeptCall>& kept, con
   Open(rec, call.plan.device);
   RecordedOp op;
   op.call = kept;
-  std::string key = call.plan.key + "#";
-  op.inputs = BindParams(rec, *kept, params, &key);
-  rec.key += key + ";";
+  // Straight into the chain's key (binding never runs the chain).
+  rec.key += call.plan.key;
+  rec.key += '#';
+  op.inputs = BindParams(rec, *kept, params, &rec.key);
+  rec.key += ';';
   for (DeviceStorage* s : written) op.results.push_back(MarkPending(rec, s));
   CountNative(*call.desc);
   std::vector<c10::IValue> results;
