@@ -553,6 +553,7 @@ struct DynamicLayout {
   std::vector<int64_t> capacity;  // per storage, -1: passed as it is
   std::vector<StorageLayout> storage_layout;  // per padded storage: its layout in the executable
   std::vector<std::optional<ViewRead>> reads;  // per input of a padded storage: its read
+  std::vector<std::optional<ReshapedRead>> reshaped;  // ... or its reshaped read (rows gathered)
   // Per storage: an in-place destination whose old elements the op never
   // reads (RuleEntry::overwrites_destination): not a module parameter.
   std::vector<bool> overwritten;
@@ -635,6 +636,19 @@ std::optional<StorageLayout> NeededLayout(const Plan& plan, size_t i, const std:
   return l;
 }
 
+// The reshaped read (padded_layout.h) of input `i` when a dynamic dim of its
+// view reads a piece of one of its padded storage's dims; nullopt otherwise.
+std::optional<ReshapedRead> ReshapedReadOf(const Plan& plan, size_t i, const std::vector<bool>& dyn) {
+  const TensorIn& in = plan.inputs[i];
+  const runtime::DeviceStorage& s = *plan.storages[in.storage];
+  if (!s.padded()) return std::nullopt;
+  StorageLayout layout{s.real_shape, s.padded_shape};
+  bool splits = false;
+  for (size_t d = 0; d < dyn.size(); ++d) splits |= dyn[d] && SplitsStorageDim(in.geometry, d, layout);
+  if (!splits) return std::nullopt;
+  return MapReshapedView(in.geometry, OffsetOf(plan, in), layout, dyn);
+}
+
 // The destinations of a fill or copy whose storage only their own argument
 // reads (x.copy_(x) reads its old elements).
 void OverwrittenStorages(const Call& call, DynamicLayout* lay) {
@@ -662,10 +676,14 @@ bool PaddedStorages(const Plan& plan, DynamicLayout* lay) {
   lay->capacity.assign(plan.storages.size(), -1);
   lay->storage_layout.assign(plan.storages.size(), {});
   lay->reads.assign(n, std::nullopt);
+  lay->reshaped.assign(n, std::nullopt);
   for (size_t i = 0; i < n; ++i) {
     if (!AnyDynamic(lay->in_dynamic[i]) || lay->overwritten[plan.inputs[i].storage]) continue;
     const size_t s = plan.inputs[i].storage;
-    std::optional<StorageLayout> l = NeededLayout(plan, i, lay->in_dynamic[i], lay->in_bucket[i]);
+    lay->reshaped[i] = ReshapedReadOf(plan, i, lay->in_dynamic[i]);
+    std::optional<StorageLayout> l = lay->reshaped[i]
+        ? StorageLayout{plan.storages[s]->real_shape, plan.storages[s]->padded_shape}  // read as it is
+        : NeededLayout(plan, i, lay->in_dynamic[i], lay->in_bucket[i]);
     if (!l) return Refuse("a dynamic input is a view no padded layout reads");
     if (Numel(l->padded) >= (int64_t{1} << 31)) return Refuse("bucket over 2^31 elements");
     if (lay->capacity[s] >= 0 && !SameLayout(lay->storage_layout[s], *l))
@@ -675,7 +693,7 @@ bool PaddedStorages(const Plan& plan, DynamicLayout* lay) {
   }
   for (size_t i = 0; i < n; ++i) {
     const TensorIn& in = plan.inputs[i];
-    if (lay->capacity[in.storage] < 0) continue;
+    if (lay->capacity[in.storage] < 0 || lay->reshaped[i]) continue;
     lay->reads[i] = MapView(in.geometry, OffsetOf(plan, in), lay->storage_layout[in.storage]);
     if (!lay->reads[i]) return Refuse("a padded storage read two ways");
     const ViewRead& r = *lay->reads[i];
@@ -743,6 +761,22 @@ void AppendReadKey(const ViewRead& r, const std::vector<bool>& dyn, std::string*
   for (bool expanded : r.broadcast) *key += expanded ? "B" : ".";
 }
 
+// A reshaped read's part of the key: the storage's outer padded dims and
+// its rows, and the view's layout of the real elements (a dynamic dim's
+// real size left out).
+void AppendReshapedKey(const ReshapedRead& r, const std::vector<bool>& dyn, std::string* key) {
+  *key += "X";
+  for (int64_t d : r.outer_padded) *key += std::to_string(d) + ",";
+  *key += "r" + std::to_string(r.row) + ":";
+  const ViewRead& v = r.view;
+  for (size_t j = 0; j < v.view_dim.size(); ++j) {
+    const int d = v.view_dim[j];
+    *key += (d >= 0 && dyn[d] ? "<" : std::to_string(v.layout.real[j])) + "@" + std::to_string(v.start[j]) + "v" +
+            std::to_string(d) + ",";
+  }
+  for (bool expanded : v.broadcast) *key += expanded ? "B" : ".";
+}
+
 // An input's sizes in the executable, the dynamic ones marked.
 void AppendBucketKey(const std::vector<int64_t>& bucket, const std::vector<bool>& dyn, std::string* key) {
   for (size_t d = 0; d < bucket.size(); ++d) *key += (dyn[d] ? "<" : "") + std::to_string(bucket[d]) + ",";
@@ -769,6 +803,10 @@ std::string DynamicKey(const std::string& sig, const Plan& plan, const DynamicLa
       AppendBucketKey(lay.in_bucket[i], lay.in_dynamic[i], &key);
       key += "/";
       AppendReadKey(*lay.reads[i], lay.in_dynamic[i], &key);
+    } else if (lay.reshaped[i]) {
+      AppendBucketKey(lay.in_bucket[i], lay.in_dynamic[i], &key);
+      key += "/";
+      AppendReshapedKey(*lay.reshaped[i], lay.in_dynamic[i], &key);
     } else {
       plan.inputs[i].geometry.AppendKey(&key);
       AppendCapacityKey(*plan.storages[plan.inputs[i].storage], &key);
@@ -896,15 +934,29 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
   for (const auto& dyn : lay.in_dynamic)
     for (bool d : dyn)
       if (d) sizes.push_back(b.Parameter({ElementType::I32, {}}));
+  std::vector<std::vector<Value>> outer_real(plan.inputs.size());  // reshaped reads' storage sizes
+  for (size_t i = 0; i < plan.inputs.size(); ++i)
+    if (lay.reshaped[i])
+      for (size_t m = 0; m < lay.reshaped[i]->outer_padded.size(); ++m)
+        outer_real[i].push_back(b.Parameter({ElementType::I32, {}}));
   size_t next = 0;
   std::vector<Value> reads(plan.inputs.size());
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     const TensorIn& in = plan.inputs[i];
-    if (lay.overwritten[in.storage])  // the rule reads its type only
-      reads[i] = SizedLike(b, b.Splat(in.dtype, 0, lay.in_bucket[i]), lay.in_dynamic[i], sizes, &next);
-    else if (lay.reads[i])
-      reads[i] = SizedLike(b, ReadPaddedView(b, params[in.storage_param], *lay.reads[i], lay.in_bucket[i]),
-                           lay.in_dynamic[i], sizes, &next);
+    const std::vector<bool>& dyn = lay.in_dynamic[i];
+    if (lay.overwritten[in.storage]) {  // the rule reads its type only
+      reads[i] = SizedLike(b, b.Splat(in.dtype, 0, lay.in_bucket[i]), dyn, sizes, &next);
+    } else if (lay.reads[i]) {
+      reads[i] = SizedLike(b, ReadPaddedView(b, params[in.storage_param], *lay.reads[i], lay.in_bucket[i]), dyn,
+                           sizes, &next);
+    } else if (lay.reshaped[i]) {
+      std::vector<Value> runtime(dyn.size());
+      for (size_t d = 0, k = next; d < dyn.size(); ++d)
+        if (dyn[d]) runtime[d] = sizes[k++];
+      Value v = ReadReshapedView(b, params[in.storage_param], *lay.reshaped[i], lay.in_bucket[i], runtime,
+                                 outer_real[i]);
+      reads[i] = SizedLike(b, v, dyn, sizes, &next);
+    }
   }
   Call bucket_call = call;
   bucket_call.specs = bucket_specs;
@@ -1013,6 +1065,10 @@ pjrt::BufferPtr PaddedStorageBuffer(runtime::DeviceStorage* s, const StorageLayo
     front.copy_(value);
     s->SetPadded(GetRuntime().Upload(padded.data_ptr(), s->dtype, {padded.numel()}, device), layout.real,
                  layout.padded);
+  } else if (!s->padded()) {
+    // Sizes at their bucket: the buffer as it is, laid out as the padded
+    // ones of other sizes are, so that its next readers key it alike.
+    s->SetPadded(s->buffer, layout.real, layout.padded);
   }
   return s->buffer;
 }
@@ -1063,6 +1119,11 @@ std::vector<c10::IValue> LaunchDynamic(const Call& call, const DynamicCompiled& 
     for (size_t d = 0; d < lay.in_dynamic[i].size(); ++d)
       if (lay.in_dynamic[i][d])
         launch.params.push_back(runtime::LaunchParam::Integer(plan.inputs[i].geometry.sizes[d], ElementType::I32));
+  for (size_t i = 0; i < plan.inputs.size(); ++i)
+    if (lay.reshaped[i])
+      for (size_t m = 0; m < lay.reshaped[i]->outer_padded.size(); ++m)
+        launch.params.push_back(runtime::LaunchParam::Integer(plan.storages[plan.inputs[i].storage]->real_shape[m],
+                                                              ElementType::I32));
   std::vector<pjrt::BufferPtr> outs = runtime::Run(rt, launch);
   std::vector<c10::IValue> results;
   for (size_t k = 0; k < call.specs.size(); ++k) {

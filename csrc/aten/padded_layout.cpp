@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 
 namespace torch_tpu::aten {
 namespace {
@@ -160,23 +161,20 @@ bool SameLayout(const StorageLayout& a, const StorageLayout& b) {
   return LayoutRuns(a) == LayoutRuns(b);
 }
 
-hlo::Value ReadPaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& read,
-                          const std::vector<int64_t>& view_sizes) {
-  const StorageLayout& l = read.layout;
-  hlo::Value v = b.Reshape(buffer, l.padded);
-  std::vector<int64_t> limit(l.padded.size()), read_sizes;  // read_sizes: the dims a view dim reads
+namespace {
+
+// `v`, at the extents the view reads of each of `read`'s layout dims (1 for
+// an unread one), as the view: the unread dims dropped, the rest in view
+// order, the broadcast dims expanded.
+hlo::Value ToView(hlo::Builder& b, hlo::Value v, const ViewRead& read, const std::vector<int64_t>& view_sizes) {
+  std::vector<int64_t> read_sizes;            // the dims a view dim reads
   std::vector<std::pair<int, int64_t>> kept;  // (view dim, its place in read_sizes)
-  bool windowed = false;
-  for (size_t j = 0; j < l.padded.size(); ++j) {
-    int64_t extent = read.view_dim[j] >= 0 ? view_sizes[read.view_dim[j]] : 1;
-    limit[j] = read.start[j] + extent;
-    windowed |= read.start[j] != 0 || limit[j] != l.padded[j];
+  for (size_t j = 0; j < read.view_dim.size(); ++j) {
     if (read.view_dim[j] < 0) continue;
     kept.emplace_back(read.view_dim[j], static_cast<int64_t>(read_sizes.size()));
-    read_sizes.push_back(extent);
+    read_sizes.push_back(view_sizes[read.view_dim[j]]);
   }
-  if (windowed) v = b.Slice(v, read.start, limit, std::vector<int64_t>(l.padded.size(), 1));
-  v = b.Reshape(v, read_sizes);  // the unread (selected) dims dropped
+  v = b.Reshape(v, read_sizes);
   std::sort(kept.begin(), kept.end());  // view order
   std::vector<int64_t> perm;
   for (const auto& [d, place] : kept) perm.push_back(place);
@@ -188,6 +186,119 @@ hlo::Value ReadPaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& re
   }
   v = b.Reshape(v, unexpanded);
   return unexpanded == view_sizes ? v : b.BroadcastInDim(v, view_sizes, dims);
+}
+
+// The extent the view reads of each layout dim of `read`.
+std::vector<int64_t> ReadExtents(const ViewRead& read, const std::vector<int64_t>& view_sizes) {
+  std::vector<int64_t> extent(read.view_dim.size(), 1);
+  for (size_t j = 0; j < extent.size(); ++j)
+    if (read.view_dim[j] >= 0) extent[j] = view_sizes[read.view_dim[j]];
+  return extent;
+}
+
+// The first layout dim of `read.view` inside its rows.
+size_t FirstRowDim(const ReshapedRead& read) {
+  const auto& real = read.view.layout.real;
+  size_t j = real.size();
+  for (int64_t in_row = 1; j > 0 && in_row < read.row;) in_row *= real[--j];
+  return j;
+}
+
+}  // namespace
+
+hlo::Value ReadPaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& read,
+                          const std::vector<int64_t>& view_sizes) {
+  const StorageLayout& l = read.layout;
+  hlo::Value v = b.Reshape(buffer, l.padded);
+  std::vector<int64_t> extent = ReadExtents(read, view_sizes), limit(l.padded.size());
+  bool windowed = false;
+  for (size_t j = 0; j < l.padded.size(); ++j) {
+    limit[j] = read.start[j] + extent[j];
+    windowed |= read.start[j] != 0 || limit[j] != l.padded[j];
+  }
+  if (windowed) v = b.Slice(v, read.start, limit, std::vector<int64_t>(l.padded.size(), 1));
+  return ToView(b, v, read, view_sizes);
+}
+
+bool SplitsStorageDim(const lowering::ViewGeometry& g, size_t d, const StorageLayout& storage) {
+  if (g.sizes[d] <= 1 || g.strides[d] == 0) return false;
+  std::vector<int64_t> strides = RealStrides(storage.real);
+  strides.push_back(strides.empty() ? 1 : strides[0] * storage.real[0]);  // the end of the outermost dim
+  auto boundary = [&](int64_t x) { return std::find(strides.begin(), strides.end(), x) != strides.end(); };
+  return !boundary(g.strides[d]) || !boundary(g.strides[d] * g.sizes[d]);
+}
+
+std::optional<ReshapedRead> MapReshapedView(const lowering::ViewGeometry& g, int64_t offset,
+                                            const StorageLayout& storage, const std::vector<bool>& dyn) {
+  int64_t numel = 1;
+  for (int64_t d : storage.real) numel *= d;
+  std::optional<ViewRead> view = MapView(g, offset, StorageLayout{{numel}, {numel}});
+  if (!view) return std::nullopt;
+  const StorageLayout& l = view->layout;
+  bool any_dynamic = false;
+  for (size_t j = 0; j < l.real.size(); ++j) {
+    const int d = view->view_dim[j];
+    if (d < 0 || !dyn[d]) continue;
+    if (view->start[j] != 0 || l.real[j] != g.sizes[d]) return std::nullopt;  // a window: no reshape
+    any_dynamic = true;
+  }
+  if (!any_dynamic) return std::nullopt;
+  // Rows: the most elements that are both trailing whole static dims of the
+  // view's layout and trailing unpadded dims of the storage.
+  std::map<int64_t, size_t> storage_rows{{1, storage.real.size()}};  // elements -> first dim in the row
+  int64_t elements = 1;
+  for (size_t m = storage.real.size(); m-- > 0 && storage.real[m] == storage.padded[m];)
+    storage_rows[elements *= storage.real[m]] = m;
+  ReshapedRead out{*view, {}, 1};
+  size_t first_row_dim = storage.real.size();
+  elements = 1;
+  for (size_t j = l.real.size(); j-- > 0;) {
+    const int d = view->view_dim[j];
+    if (d < 0 || dyn[d] || view->start[j] != 0 || g.sizes[d] != l.real[j]) break;
+    auto found = storage_rows.find(elements *= l.real[j]);
+    if (found == storage_rows.end()) continue;
+    out.row = elements;
+    first_row_dim = found->second;
+  }
+  out.outer_padded.assign(storage.padded.begin(), storage.padded.begin() + static_cast<long>(first_row_dim));
+  return out;
+}
+
+hlo::Value ReadReshapedView(hlo::Builder& b, hlo::Value buffer, const ReshapedRead& read,
+                            const std::vector<int64_t>& view_sizes, const std::vector<hlo::Value>& runtime,
+                            const std::vector<hlo::Value>& outer_real) {
+  using hlo::ElementType;
+  using hlo::Value;
+  const ViewRead& r = read.view;
+  const std::vector<int64_t> extent = ReadExtents(r, view_sizes);
+  const std::vector<int64_t> grid(extent.begin(), extent.begin() + static_cast<long>(FirstRowDim(read)));
+  auto splat = [&](Value scalar) { return b.BroadcastInDim(scalar, grid, {}); };
+  auto constant = [&](int64_t v) { return b.ConstantInt(ElementType::I32, v); };
+  // The real row each grid point reads: sum of (start + index) * stride over
+  // the outer layout dims, the strides from their runtime sizes.
+  Value real_row = b.Splat(ElementType::I32, 0, grid), stride = constant(1);
+  for (size_t j = grid.size(); j-- > 0;) {
+    Value index = b.Binary("add", b.Iota({ElementType::I32, grid}, static_cast<int64_t>(j)), splat(constant(r.start[j])));
+    real_row = b.Binary("add", real_row, b.Binary("multiply", index, splat(stride)));
+    const int d = r.view_dim[j];
+    stride = b.Binary("multiply", stride, d >= 0 && runtime[d].valid() ? runtime[d] : constant(r.layout.real[j]));
+  }
+  // ... and where that row sits in the buffer: its index in each outer
+  // storage dim (runtime real sizes) at that dim's padded stride. Rows past
+  // the real ones read clamped garbage that the caller's sizes mask.
+  Value buffer_row = b.Splat(ElementType::I32, 0, grid), real_stride = constant(1);
+  int64_t padded_stride = 1;
+  for (size_t m = read.outer_padded.size(); m-- > 0;) {
+    Value index = b.Binary("divide", real_row, splat(real_stride));
+    if (m > 0) index = b.Binary("remainder", index, splat(outer_real[m]));
+    buffer_row = b.Binary("add", buffer_row, b.Binary("multiply", index, splat(constant(padded_stride))));
+    real_stride = b.Binary("multiply", real_stride, outer_real[m]);
+    padded_stride *= read.outer_padded[m];
+  }
+  std::vector<int64_t> index_shape = grid;
+  index_shape.push_back(1);
+  Value rows = b.Gather(b.Reshape(buffer, {padded_stride, read.row}), b.Reshape(buffer_row, index_shape), {0});
+  return ToView(b, b.Reshape(rows, extent), r, view_sizes);
 }
 
 hlo::Value WritePaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& write, hlo::Value update) {

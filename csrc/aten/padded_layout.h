@@ -49,6 +49,40 @@ struct BufferRead {
 };
 std::optional<BufferRead> ReadInBuffer(const lowering::ViewGeometry& g, int64_t offset, const StorageLayout& base);
 
+// A view of a padded storage read as a reshape of its real elements (their
+// row-major order), where MapView finds no layout: a dynamic view dim that
+// reads a piece of one of the storage's dims. `[b*s, n]` rows of an mm,
+// padded as one dim (a buffer of [R, n] rows, the real b*s first), read as
+// `[b, s, n]` by the next op: row (i, j) sits at buffer row i*s + j, s a
+// runtime size. The read gathers rows: the view maps onto the real elements
+// as onto an exact storage (`view`), and each of its rows of `row` elements
+// is found in the buffer from the runtime real sizes of the storage's dims
+// outside the rows (their padded sizes: `outer_padded`).
+struct ReshapedRead {
+  ViewRead view;  // on the real elements as one exact dim
+  std::vector<int64_t> outer_padded;
+  int64_t row = 1;  // elements per row: trailing whole dims of the view and of the storage
+};
+
+// Whether view dim `d` of `g` reads a piece of one of `storage`'s dims (it
+// starts or ends inside one, at real strides) rather than whole dims.
+bool SplitsStorageDim(const lowering::ViewGeometry& g, size_t d, const StorageLayout& storage);
+
+// The reshaped read of view `g` at real element offset `offset` of
+// `storage`, each dynamic view dim (`dyn`) reading a whole dim of the real
+// elements; nullopt otherwise.
+std::optional<ReshapedRead> MapReshapedView(const lowering::ViewGeometry& g, int64_t offset,
+                                            const StorageLayout& storage, const std::vector<bool>& dyn);
+
+// Emits the reshaped read out of `buffer` (flat, at the storage's padded
+// sizes) at `view_sizes` (each dynamic view dim at its bucket). `runtime`:
+// per view dim, its runtime size (i32; set for the dynamic dims); `outer_real`:
+// the runtime real sizes of the storage's dims in `read.outer_padded`. The
+// caller marks the dynamic dims' runtime sizes.
+hlo::Value ReadReshapedView(hlo::Builder& b, hlo::Value buffer, const ReshapedRead& read,
+                            const std::vector<int64_t>& view_sizes, const std::vector<hlo::Value>& runtime,
+                            const std::vector<hlo::Value>& outer_real);
+
 // The layout runs of a padded layout: (real, padded) element counts, size-1
 // dims dropped and an unpadded dim folded into the one outside it. Two
 // layouts with equal runs put every real element at the same place.

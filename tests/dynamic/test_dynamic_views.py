@@ -197,3 +197,40 @@ def test_exact_op_reads_an_expanded_window_of_a_padded_storage():
         got = torch.cumprod(y[:, :1, :].expand(b, 3, 8), dim=1)
         torch.testing.assert_close(got.cpu(), torch.cumprod(torch.tanh(x)[:, :1, :].expand(b, 3, 8), dim=1),
                                    rtol=1e-6, atol=1e-6)
+
+
+def mlp(x, w1, w2):
+    """A transformer MLP with a residual: each linear runs as mm on the
+    [b*s, h] rows, which the next op reads as [b, s, n]."""
+    h = F.gelu(F.linear(x, w1))
+    y = F.linear(h, w2) + x
+    return torch.softmax(y, -1).mean(-1)
+
+
+@pytest.mark.parametrize("block", ["mlp", "rope_attention"])
+def test_rows_of_a_linear_read_split_by_batch(block):
+    """mm's result is padded in its rows (b*s as one dim); the next op reads
+    it as [b, s, n] (gelu, the residual add) or as heads transposed out of it
+    (attention): a reshaped read that gathers the rows at runtime offsets.
+    Sizes at the bucket (36) read the same way as the ones below it. (The
+    first size, 33, keeps its exact executables: its result is an exact
+    storage, which the next op pads and keys once more.)"""
+    torch.manual_seed(0)
+    hidden = 30
+    if block == "mlp":
+        weights = (torch.randn(4 * hidden, hidden) / 5, torch.randn(hidden, 4 * hidden) / 10)
+        fn = mlp
+    else:
+        weights = (torch.randn(hidden, hidden) / 5, torch.randn(48, 10), torch.randn(48, 10), 3)
+        fn = rope_attention
+    dev = [t.to("tpu") if isinstance(t, torch.Tensor) else t for t in weights]
+    for s in (33, 34):
+        fn(torch.randn(2, s, hidden).to("tpu"), *dev).cpu()
+    for b, s in ((2, 35), (2, 36), (2, 34)):
+        x = torch.randn(b, s, hidden)
+        xt = x.to("tpu")
+        debug.reset_stats()
+        got = fn(xt, *dev)
+        st = debug.stats()
+        assert st["compiles"] == 0, (s, st["compiles_by_op"], st["exact_reasons"])
+        torch.testing.assert_close(got.cpu(), fn(x, *weights), rtol=1e-5, atol=1e-5)
