@@ -836,6 +836,18 @@ std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle&
         metas.push_back(at::empty(sizes[ap.tensors.at(j)], t.options().device(at::kMeta)));
       }
       stack.push_back(metas);
+    } else if (v.isList() && ap.kind == Arg::Kind::TensorList) {  // Tensor?[] (index's indices)
+      c10::List<std::optional<at::Tensor>> metas;
+      auto list = v.toListRef();
+      for (size_t j = 0; j < list.size(); ++j) {
+        if (list[j].isNone()) {
+          metas.push_back(std::nullopt);
+          continue;
+        }
+        const at::Tensor& t = list[j].toTensor();
+        metas.push_back(at::empty(sizes[ap.tensors.at(j)], t.options().device(at::kMeta)));
+      }
+      stack.push_back(metas);
     } else if (v.isDevice()) {
       stack.push_back(c10::Device(at::kMeta));
     } else {

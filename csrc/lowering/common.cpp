@@ -316,31 +316,36 @@ Value As(Builder& b, const Arg& a, ElementType t, const std::vector<int64_t>& sh
   return As(b, a.tensor, t, shape);
 }
 
-Value CheckedIndex(Context& c, Value idx, int64_t size, bool allow_negative,
-                   const std::string& what) {
+namespace {
+// `idx` as i64, checked in [-n, n) (or [0, n)) and negatives wrapped: `n`
+// the dim's size (a rank-0 i64), `message` the error's.
+Value CheckedAgainst(Context& c, Value idx, Value n, bool allow_negative, const std::string& message) {
   Builder& b = c.b;
   Value i = b.Convert(idx, ElementType::I64);
   const auto& shape = i.shape();
   Value zero = b.Splat(ElementType::I64, 0, shape);
-  Value n = b.Splat(ElementType::I64, static_cast<double>(size), shape);
+  if (!shape.empty()) n = b.BroadcastInDim(n, shape, {});
   Value low = allow_negative ? b.Unary("negate", n) : zero;
   Value in_range = b.Binary("and", b.Compare("GE", i, low), b.Compare("LT", i, n));
   Value all = b.Reduce(in_range, b.ConstantInt(ElementType::Bool, 1), Range(i.rank()), "and");
-  c.Require(all, what + ": index out of range for a dimension of size " + std::to_string(size));
+  c.Require(all, message);
   if (!allow_negative) return i;
   return b.Select(b.Compare("LT", i, zero), b.Binary("add", i, n), i);
 }
+}  // namespace
 
-Value CheckedIndexInDim(Context& c, Value idx, Value x, int64_t dim, const std::string& what) {
-  Builder& b = c.b;
-  Value i = b.Convert(idx, ElementType::I64);
-  const auto& shape = i.shape();
-  Value size = b.Convert(b.GetDimensionSize(x, dim), ElementType::I64);
-  Value n = shape.empty() ? size : b.BroadcastInDim(size, shape, {});
-  Value in_range = b.Binary("and", b.Compare("GE", i, b.Splat(ElementType::I64, 0, shape)), b.Compare("LT", i, n));
-  Value all = b.Reduce(in_range, b.ConstantInt(ElementType::Bool, 1), Range(i.rank()), "and");
-  c.Require(all, what + ": index out of range for dimension " + std::to_string(dim) + " of the destination");
-  return i;
+Value CheckedIndex(Context& c, Value idx, int64_t size, bool allow_negative,
+                   const std::string& what) {
+  return CheckedAgainst(c, idx, c.b.ConstantInt(ElementType::I64, size), allow_negative,
+                        what + ": index out of range for a dimension of size " + std::to_string(size));
+}
+
+Value CheckedIndexInDim(Context& c, Value idx, Value x, int64_t dim, bool allow_negative, const std::string& what) {
+  Value size = c.b.Convert(c.b.GetDimensionSize(x, dim), ElementType::I64);
+  const bool dynamic = dim < static_cast<int64_t>(x.type.dynamic.size()) && x.type.dynamic[dim];
+  return CheckedAgainst(c, idx, size, allow_negative,
+                        what + ": index out of range for dimension " + std::to_string(dim) +
+                            (dynamic ? "" : " of size " + std::to_string(x.shape()[dim])));
 }
 
 // ---------------------------------------------------------------- views

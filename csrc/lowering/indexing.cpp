@@ -69,7 +69,7 @@ Indexing PrepareIndices(Context& c, Value self, const std::vector<Value>& indice
   for (int64_t d = 0; d < self.rank(); ++d)
     if (std::find(ix.dims.begin(), ix.dims.end(), d) == ix.dims.end()) ix.rest.push_back(d);
   for (int64_t d : ix.dims) {
-    Value i = CheckedIndex(c, indices[d], self.shape()[d], true, what);
+    Value i = CheckedIndexInDim(c, indices[d], self, d, true, what);
     ix.index.push_back(c.b.BroadcastTo(i, ix.batch));
   }
   return ix;
@@ -315,7 +315,7 @@ std::vector<Value> IndexCopy(Context& c, const std::vector<Arg>& a) {
   int64_t n = idx.type.numel();
   if (n == 0 || out.numel() == 0) return One(b.Reshape(x, out.shape));
   int64_t dim = WrapDim(a[1].i, x.rank());
-  idx = CheckedIndexInDim(c, idx, x, dim, "index_copy");
+  idx = CheckedIndexInDim(c, idx, x, dim, false, "index_copy");
   Value src = b.Convert(a[3].tensor, out.dtype);
   std::vector<int64_t> src_shape = x.shape();
   src_shape[dim] = n;
@@ -364,12 +364,23 @@ std::vector<Value> NonzeroStatic(Context& c, const std::vector<Arg>& a) {
   return One(b.Reshape(b.Convert(b.Concatenate(cols, 1), out.dtype), out.shape));
 }
 
+// Bounded dynamic shapes: integer indices gather and scatter at coordinates,
+// which a padded dim keeps (its real elements first), so self, the indices
+// and the values may all be dynamic; each index is checked against (and a
+// negative one wraps by) its dim's real size. A bool mask's result length
+// counts its true elements: exact shapes.
+void IntegerIndicesOnly(const std::vector<Arg>& a, StaticDims& s) {
+  for (const Value& i : a.at(1).tensors)
+    if (i.dtype() == E::Bool || i.dtype() == E::U8) s.Exact("bool mask indices");
+}
+
 const bool registered = [] {
-  Register("_unsafe_index.Tensor", Index);
-  Register("index_put", IndexPut);
-  Register("_unsafe_index_put", IndexPut);
+  // A sequence classifier's last-token logits (x[arange(b), lengths]).
+  Register("_unsafe_index.Tensor", Index).Dynamic(IntegerIndicesOnly);
+  Register("index_put", IndexPut).Dynamic(IntegerIndicesOnly);
+  Register("_unsafe_index_put", IndexPut).Dynamic(IntegerIndicesOnly);
   // index backward and index_put_ on some paths: the in-place form derives.
-  Register("_index_put_impl", IndexPut);
+  Register("_index_put_impl", IndexPut).Dynamic(IntegerIndicesOnly);
   // Bounded dynamic shapes (a static KV cache's update): rows are copied
   // along `dim` only, so the destination and the source keep their other
   // dims static (the index check reads the destination's real size).

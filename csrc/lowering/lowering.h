@@ -293,9 +293,9 @@ std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes);
 // clamp out-of-range indices silently; this makes them an error instead.
 Value CheckedIndex(Context& c, Value idx, int64_t size, bool allow_negative,
                    const std::string& what);
-// The same in [0, size) against dim `dim` of `x` at its runtime size (a
-// bounded dynamic dim checks its real size, not its bound).
-Value CheckedIndexInDim(Context& c, Value idx, Value x, int64_t dim, const std::string& what);
+// The same against dim `dim` of `x` at its runtime size (a bounded dynamic
+// dim checks, and wraps negatives by, its real size, not its bound).
+Value CheckedIndexInDim(Context& c, Value idx, Value x, int64_t dim, bool allow_negative, const std::string& what);
 
 // Random numbers (random.cpp). The generator state argument of a random
 // rule; uniform values in [0, 1) of `shape` from it, f32 (f64 when wide),

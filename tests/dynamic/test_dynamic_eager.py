@@ -269,9 +269,10 @@ def test_in_place_forms_of_a_dynamic_rule_run_dynamic(name):
 def test_dynamic_rules_are_stated_by_the_rule_table():
     rules = set(dynamic.rules())
     for name in ("add.Tensor", "exp", "sum.dim_IntList", "mm", "native_layer_norm",
-                 "_scaled_dot_product_efficient_attention", "index_copy", "zero", "copy_convert"):
+                 "_scaled_dot_product_efficient_attention", "index_copy", "zero", "copy_convert",
+                 "_unsafe_index.Tensor", "_index_put_impl"):
         assert name in rules, name
-    for name in ("convolution", "native_batch_norm", "_unsafe_index.Tensor", "bernoulli_.float", "mse_loss"):
+    for name in ("convolution", "native_batch_norm", "bernoulli_.float", "mse_loss"):
         assert name not in rules, name
     assert set(rules) <= set(debug.native_ops())
 
@@ -285,3 +286,44 @@ def test_bucket_is_strict_eagers_padding():
         dynamic.bucket(-1)
     with pytest.raises(TypeError, match="int size"):
         dynamic.bucket(3.5)
+
+
+def last_token_logits(logits, lengths):
+    """A sequence classifier's pooling: row b's logits at its last real token
+    (_unsafe_index forward, index_put with accumulate backward)."""
+    return logits[torch.arange(logits.shape[0], device=logits.device), lengths]
+
+
+def test_integer_indexing_and_its_backward_run_dynamic():
+    torch.manual_seed(0)
+    w = torch.randn(7)
+
+    def step(x, w, lengths):
+        w = w.detach().requires_grad_()  # a parameter: static, as in Dynamo
+        logits = (x * w).tanh()  # [b, s, 7], padded in s on tpu
+        out = last_token_logits(logits, lengths)
+        out.square().sum().backward()  # index_put (accumulate) into the zeros of logits' gradient
+        return out.detach(), w.grad
+
+    for s in (11, 13, 14, 9, 16):
+        x = torch.randn(3, s, 7)
+        lengths = torch.tensor([s - 1, 0, -2])  # a negative index wraps by the real length, not the bucket
+        debug.reset_stats()
+        got = step(x.to("tpu"), w.to("tpu"), lengths.to("tpu"))
+        st = debug.stats()
+        for g, e in zip(got, step(x, w, lengths)):
+            torch.testing.assert_close(g.cpu(), e, rtol=1e-5, atol=1e-5)
+        if s in (14, 9, 16):  # inside the 16-bucket, warm
+            assert st["compiles"] == 0, (s, st["compiles_by_op"], st["exact_reasons"])
+
+
+def test_integer_indexing_checks_the_real_size():
+    # Mode 1: dim 1 (10) runs at its bucket 16; an index of 10 lands in the
+    # padding and must raise as on exact shapes, and -10 wraps to row 0.
+    x = torch.arange(40.0).view(4, 10).to("tpu") * 1.0
+    rows = torch.arange(4, device="tpu")
+    with dynamic.dynamic_shapes("1"):
+        got = x[rows, torch.tensor([9, -10, 3, -1], device="tpu")].cpu()
+        torch.testing.assert_close(got, torch.tensor([9.0, 10.0, 23.0, 39.0]))
+        with pytest.raises(IndexError, match="index out of range for dimension 1"):
+            x[rows, torch.tensor([9, 10, 0, 0], device="tpu")].cpu()

@@ -26,7 +26,7 @@ BATCH = 4
 LONGEST = (12, 14, 13, 15, 11, 16, 10)  # each batch's padded length: all in the 16-bucket
 # What a new length in the warm bucket still compiles (debug.report() says why),
 # and at most how many executables of each: a regression guard, shrinking.
-STILL_EXACT = {"_unsafe_index.Tensor": 2, "_index_put_impl_": 1}
+STILL_EXACT = {}
 
 
 def _model():
