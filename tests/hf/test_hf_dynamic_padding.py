@@ -2,14 +2,14 @@
 padded to its own longest example, so the sequence length changes from step to
 step. Under TORCH_TPU_DYNAMIC_SHAPES=auto the first two lengths of a size bucket
 compile (static, then the bucket's bounded-dynamic executables); a later length
-in that bucket compiles only the ops that still run with exact shapes in
-training (STILL_EXACT: the classifier's last-token gather and its scatter
-backward): 3 executables (7 before copies into part of a padded storage, RoPE's
-slice backward, ran dynamic; 11 before attention that saves its logsumexp, and
-its backward, did; 21 before the weight gradients' mm ran on the padded rows and
-expanded views were read from padded storages) instead of the 100-150 of the
-first step, and the optimizer step compiles nothing. Losses and trained weights
-equal CPU's."""
+in that bucket compiles nothing (STILL_EXACT, the ops that would still run with
+exact shapes, is empty: 3 executables before the classifier's last-token
+gather and its scatter backward ran dynamic; 7 before copies into part of a
+padded storage, RoPE's slice backward, did; 11 before attention that saves its
+logsumexp, and its backward, did; 21 before the weight gradients' mm ran on the
+padded rows and expanded views were read from padded storages) instead of the
+100-150 of the first step, and the optimizer step compiles nothing. Losses and
+trained weights equal CPU's."""
 import warnings
 
 import pytest
@@ -24,8 +24,8 @@ from _models import VOCAB, tokenizer  # noqa: E402
 
 BATCH = 4
 LONGEST = (12, 14, 13, 15, 11, 16, 10)  # each batch's padded length: all in the 16-bucket
-# What a new length in the warm bucket still compiles (debug.report() says why),
-# and at most how many executables of each: a regression guard, shrinking.
+# What a new length in the warm bucket may still compile (debug.report() says
+# why), and at most how many executables of each: none left.
 STILL_EXACT = {}
 
 
