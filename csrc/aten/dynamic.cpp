@@ -870,11 +870,10 @@ std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle&
 
 // An input at its bucket's sizes (read out of its padded storage buffer,
 // padded_layout.h: the real elements at the front of each padded dim) with
-// the runtime size of each dynamic dim.
-Value SizedLike(hlo::Builder& b, Value v, const std::vector<bool>& dyn, const std::vector<Value>& size_params,
-                size_t* next) {
+// the runtime size of each dynamic dim (`runtime`, per dim).
+Value Sized(hlo::Builder& b, Value v, const std::vector<bool>& dyn, const std::vector<Value>& runtime) {
   for (size_t d = 0; d < dyn.size(); ++d)
-    if (dyn[d]) v = b.SetDimensionSize(v, size_params[(*next)++], static_cast<int64_t>(d));
+    if (dyn[d]) v = b.SetDimensionSize(v, runtime[d], static_cast<int64_t>(d));
   return v;
 }
 
@@ -951,24 +950,26 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
     if (lay.reshaped[i])
       for (size_t m = 0; m < lay.reshaped[i]->outer_padded.size(); ++m)
         outer_real[i].push_back(b.Parameter({ElementType::I32, {}}));
+  // An elementwise rule runs on the buckets' static arrays: no sizes set.
+  const bool masked = !call.desc->rule->dynamic.elementwise;
   size_t next = 0;
   std::vector<Value> reads(plan.inputs.size());
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     const TensorIn& in = plan.inputs[i];
     const std::vector<bool>& dyn = lay.in_dynamic[i];
-    if (lay.overwritten[in.storage]) {  // the rule reads its type only
-      reads[i] = SizedLike(b, b.Splat(in.dtype, 0, lay.in_bucket[i]), dyn, sizes, &next);
-    } else if (lay.reads[i]) {
-      reads[i] = SizedLike(b, ReadPaddedView(b, params[in.storage_param], *lay.reads[i], lay.in_bucket[i]), dyn,
-                           sizes, &next);
-    } else if (lay.reshaped[i]) {
-      std::vector<Value> runtime(dyn.size());
-      for (size_t d = 0, k = next; d < dyn.size(); ++d)
-        if (dyn[d]) runtime[d] = sizes[k++];
-      Value v = ReadReshapedView(b, params[in.storage_param], *lay.reshaped[i], lay.in_bucket[i], runtime,
-                                 outer_real[i]);
-      reads[i] = SizedLike(b, v, dyn, sizes, &next);
-    }
+    std::vector<Value> runtime(dyn.size());  // the dynamic dims' runtime sizes
+    for (size_t d = 0; d < dyn.size(); ++d)
+      if (dyn[d]) runtime[d] = sizes[next++];
+    Value v;
+    if (lay.overwritten[in.storage])  // the rule reads its type only
+      v = b.Splat(in.dtype, 0, lay.in_bucket[i]);
+    else if (lay.reads[i])
+      v = ReadPaddedView(b, params[in.storage_param], *lay.reads[i], lay.in_bucket[i]);
+    else if (lay.reshaped[i])
+      v = ReadReshapedView(b, params[in.storage_param], *lay.reshaped[i], lay.in_bucket[i], runtime, outer_real[i]);
+    else
+      continue;
+    reads[i] = masked ? Sized(b, v, dyn, runtime) : v;
   }
   Call bucket_call = call;
   bucket_call.specs = bucket_specs;
@@ -983,18 +984,24 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
   if (!e.written_values.empty()) throw lowering::Unsupported("dynamic: op with writes");
   // Assertions are reductions over the inputs (index bounds): the padder
   // masks their padding like any other reduction.
+  if (!masked && !e.checks.empty()) throw lowering::Unsupported("dynamic: an elementwise rule's checks would read padding");
   std::vector<Value> outs;
   for (const auto& check : e.checks) {
     outs.push_back(check.ok);
     dc.checks.push_back(call.desc->name + ": " + check.message);
   }
   for (size_t k = 0; k < e.fresh_results.size(); ++k) {
+    Value result = e.fresh_results[k];
+    // Static already: the dims to gather, none (its sizes must be the buffer's).
+    std::vector<bool> dyn = masked ? dc.out_dynamic[k] : std::vector<bool>(result.shape().size(), false);
+    if (!masked && result.type.numel() != Numel(dc.out_buffer[k]))
+      throw lowering::Unsupported("dynamic: an elementwise result off its buckets");
     if (k < lay.writes.size() && lay.writes[k]) {  // into part of its storage's padded buffer
-      Value update = GatheredStatic(b, e.fresh_results[k], dc.out_dynamic[k], dc.out_bucket[k]);
+      Value update = GatheredStatic(b, result, dyn, dc.out_bucket[k]);
       Value buffer = params.at(plan.storage_param.at(plan.dests[k].storage));
       outs.push_back(WritePaddedView(b, buffer, *lay.writes[k], update));
     } else {
-      outs.push_back(PadDynamic(b, e.fresh_results[k], dc.out_dynamic[k], dc.out_order[k], dc.out_buffer[k]));
+      outs.push_back(PadDynamic(b, result, dyn, dc.out_order[k], dc.out_buffer[k]));
     }
   }
   b.Return(outs);

@@ -115,7 +115,7 @@ const bool registered = [] {
     if (approx != "none" && approx != "tanh")
       throw std::invalid_argument("approximate argument must be either none or tanh.");
     return e.Ret(Gelu(e, e.In(a[0]), approx));
-  }).Dynamic();
+  }).DynamicElementwise();
   // gelu_backward(grad_output, self, *, approximate="none")
   Register("gelu_backward", [](Context& c, const std::vector<Arg>& a) {
     Ew e(c);
@@ -124,34 +124,34 @@ const bool registered = [] {
     if (approx != "none" && approx != "tanh")
       throw std::invalid_argument("approximate argument must be either none or tanh.");
     return e.Ret(GeluBackward(e, e.In(a[0]), e.In(a[1]), approx));
-  }).Dynamic();
+  }).DynamicElementwise();
   // silu_backward(grad_output, self)
   Register("silu_backward", [](Context& c, const std::vector<Arg>& a) {
     Ew e(c);
     Value dy = e.In(a[0]), x = e.In(a[1]);
     Value s = e.Sigmoid(x);
     return e.Ret(e.Mul(e.Mul(dy, s), e.Add(e.K_(1), e.Mul(x, e.Sub(e.K_(1), s)))));
-  }).Dynamic();
+  }).DynamicElementwise();
   // mish(self) = x * tanh(log1p(exp(x)))
   Register("mish", [](Context& c, const std::vector<Arg>& a) {
     Ew e(c);
     Value x = e.In(a[0]);
     return e.Ret(e.Mul(x, e.Tanh(e.Log1p(e.Exp(x)))));
-  }).Dynamic();
+  }).DynamicElementwise();
   Register("mish_backward", [](Context& c, const std::vector<Arg>& a) {
     Ew e(c);
     Value dy = e.In(a[0]), x = e.In(a[1]);
     Value s = e.Sigmoid(x);
     Value t = e.Tanh(e.Log1p(e.Exp(x)));
     return e.Ret(e.Mul(dy, e.Add(t, e.Mul(e.Mul(x, s), e.Sub(e.K_(1), e.Mul(t, t))))));
-  }).Dynamic();
+  }).DynamicElementwise();
   // softplus(self, beta, threshold): x*beta > threshold ? x : log1p(exp(x*beta)) / beta
   Register("softplus", [](Context& c, const std::vector<Arg>& a) {
     Ew e(c);
     Value x = e.In(a[0]), beta = e.In(a[1]), th = e.In(a[2]);
     Value xb = e.Mul(x, beta);
     return e.Ret(e.Sel(e.Gt(xb, th), x, e.Div(e.Log1p(e.Exp(xb)), beta)));
-  }).Dynamic();
+  }).DynamicElementwise();
   // softplus_backward(grad_output, self, beta, threshold)
   Register("softplus_backward", [](Context& c, const std::vector<Arg>& a) {
     Ew e(c);
@@ -159,7 +159,7 @@ const bool registered = [] {
     Value xb = e.Mul(x, beta);
     Value z = e.Exp(xb);
     return e.Ret(e.Sel(e.Gt(xb, th), dy, e.Div(e.Mul(dy, z), e.Add(z, e.K_(1)))));
-  }).Dynamic();
+  }).DynamicElementwise();
   // elu(self, alpha, scale, input_scale):
   //   x <= 0 ? expm1(x * input_scale) * alpha * scale : x * scale
   Register("elu", [](Context& c, const std::vector<Arg>& a) {
@@ -168,7 +168,7 @@ const bool registered = [] {
     Value x = e.In(a[0]), alpha = e.In(a[1]), scale = e.In(a[2]), iscale = e.In(a[3]);
     Value neg = e.Mul(e.b.Unary("exponential_minus_one", e.Mul(x, iscale)), e.Mul(alpha, scale));
     return e.Ret(e.Sel(e.Le(x, e.K_(0)), neg, e.Mul(x, scale)));
-  }).Dynamic();
+  }).DynamicElementwise();
   // elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result)
   Register("elu_backward", [](Context& c, const std::vector<Arg>& a) {
     Ew e(c);
@@ -180,45 +180,45 @@ const bool registered = [] {
     Value neg = is_result ? e.Mul(e.Mul(dy, iscale), e.Add(x, negcoef))
                           : e.Mul(e.Mul(e.Mul(dy, iscale), negcoef), e.Exp(e.Mul(x, iscale)));
     return e.Ret(e.Sel(e.Le(x, e.K_(0)), neg, e.Mul(dy, scale)));
-  }).Dynamic();
+  }).DynamicElementwise();
   // leaky_relu(self, negative_slope)
   Register("leaky_relu", [](Context& c, const std::vector<Arg>& a) {
     Ew e(c);
     RequireFloat(e.out, "leaky_relu");
     Value x = e.In(a[0]), slope = e.In(a[1]);
     return e.Ret(e.Sel(e.Gt(x, e.K_(0)), x, e.Mul(x, slope)));
-  }).Dynamic();
+  }).DynamicElementwise();
   // leaky_relu_backward(grad_output, self, negative_slope, self_is_result)
   Register("leaky_relu_backward", [](Context& c, const std::vector<Arg>& a) {
     Ew e(c);
     Value dy = e.In(a[0]), x = e.In(a[1]), slope = e.In(a[2]);
     return e.Ret(e.Sel(e.Gt(x, e.K_(0)), dy, e.Mul(dy, slope)));
-  }).Dynamic();
+  }).DynamicElementwise();
   // hardswish(self) = x * min(max(x + 3, 0), 6) / 6
   Register("hardswish", [](Context& c, const std::vector<Arg>& a) {
     Ew e(c);
     Value x = e.In(a[0]);
     Value r = e.Clip(e.Add(x, e.K_(3)), 0, 6);
     return e.Ret(e.Div(e.Mul(x, r), e.K_(6)));
-  }).Dynamic();
+  }).DynamicElementwise();
   Register("hardswish_backward", [](Context& c, const std::vector<Arg>& a) {
     Ew e(c);
     Value dy = e.In(a[0]), x = e.In(a[1]);
     Value mid = e.Mul(dy, e.Add(e.Div(x, e.K_(3)), e.K_(0.5)));
     return e.Ret(e.Sel(e.Le(x, e.K_(-3)), e.K_(0), e.Sel(e.Lt(x, e.K_(3)), mid, dy)));
-  }).Dynamic();
+  }).DynamicElementwise();
   // hardsigmoid(self) = min(max(x + 3, 0), 6) / 6
   Register("hardsigmoid", [](Context& c, const std::vector<Arg>& a) {
     Ew e(c);
     Value x = e.In(a[0]);
     return e.Ret(e.Div(e.Clip(e.Add(x, e.K_(3)), 0, 6), e.K_(6)));
-  }).Dynamic();
+  }).DynamicElementwise();
   Register("hardsigmoid_backward", [](Context& c, const std::vector<Arg>& a) {
     Ew e(c);
     Value dy = e.In(a[0]), x = e.In(a[1]);
     Value inside = e.b.Binary("and", e.Gt(x, e.K_(-3)), e.Lt(x, e.K_(3)));
     return e.Ret(e.Sel(inside, e.Div(dy, e.K_(6)), e.K_(0)));
-  }).Dynamic();
+  }).DynamicElementwise();
   // hardtanh(self, min_val, max_val): a clamp (NaN propagates).
   Register("hardtanh", [](Context& c, const std::vector<Arg>& a) {
     Ew e(c);
@@ -227,13 +227,13 @@ const bool registered = [] {
     Value r = e.Sel(e.Lt(x, lo), lo, x);
     r = e.Sel(e.Gt(r, hi), hi, r);
     return e.Ret(r);
-  }).Dynamic();
+  }).DynamicElementwise();
   Register("hardtanh_backward", [](Context& c, const std::vector<Arg>& a) {
     Ew e(c);
     Value dy = e.In(a[0]), x = e.In(a[1]), lo = e.In(a[2]), hi = e.In(a[3]);
     Value outside = e.b.Binary("or", e.Le(x, lo), e.Ge(x, hi));
     return e.Ret(e.Sel(outside, e.K_(0), dy));
-  }).Dynamic();
+  }).DynamicElementwise();
   // log_sigmoid_forward(self) -> (output, buffer):
   //   min(x, 0) - log1p(exp(-|x|)), buffer = exp(-|x|) (where CPU keeps one)
   Register("log_sigmoid_forward", [](Context& c, const std::vector<Arg>& a) {
@@ -267,7 +267,7 @@ const bool registered = [] {
       x = e.Sel(e.Lt(x, lo), lo, e.Sel(e.Gt(x, hi), hi, x));
     }
     return e.Ret(e.b.Unary("log", e.Div(x, e.Sub(e.K_(1), x))));
-  }).Dynamic();
+  }).DynamicElementwise();
   // logit_backward(grad_output, self, eps?)
   Register("logit_backward", [](Context& c, const std::vector<Arg>& a) {
     Ew e(c);
@@ -282,7 +282,7 @@ const bool registered = [] {
       r = e.Sel(outside, e.K_(NAN), g);
     }
     return e.Ret(r);
-  }).Dynamic();
+  }).DynamicElementwise();
   // glu(self, dim) = a * sigmoid(b), (a, b) the halves of self along dim
   Register("glu", [](Context& c, const std::vector<Arg>& a) {
     Builder& b = c.b;

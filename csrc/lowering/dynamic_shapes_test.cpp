@@ -50,6 +50,17 @@ TEST(DynamicShapes, ElementwiseAndProductsAreDynamicWithNoStaticDims) {
   EXPECT_FALSE(Find("native_batch_norm")->dynamic.enabled);
 }
 
+TEST(DynamicShapes, OnlyElementwiseRulesRunUnmasked) {
+  // Elementwise: the module runs on the padded buffers with no sizes set.
+  for (const char* name : {"add.Tensor", "mul.Scalar", "exp", "relu", "gelu", "silu_backward", "where.self",
+                           "clone", "fill.Scalar", "zero", "masked_fill.Scalar", "eq.Scalar"})
+    EXPECT_TRUE(Find(name) && Find(name)->dynamic.elementwise) << name;
+  // Anything that mixes elements across a dim needs XLA's masking.
+  for (const char* name : {"sum.dim_IntList", "mm", "_softmax", "cat", "cumsum", "embedding", "index_copy",
+                           "_unsafe_index.Tensor", "native_layer_norm", "constant_pad_nd"})
+    EXPECT_FALSE(Find(name) && Find(name)->dynamic.elementwise) << name;
+}
+
 TEST(DynamicShapes, LayerNormKeepsItsNormalizedDimsStatic) {
   // native_layer_norm(input [b, s, h], normalized_shape [h], weight [h], bias [h], eps)
   auto [dims, exact] = StaticOf("native_layer_norm", {TensorOf({2, 5, 8}), Literal(Arg::Kind::IntList, 0, {8}),

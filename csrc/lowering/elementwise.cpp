@@ -171,14 +171,14 @@ Value Sigmoid(Builder& b, Value x) { return b.Unary("logistic", x); }
 // Elementwise rules run bounded-dynamic (RuleEntry::Dynamic): the padding's
 // elements are computed and never read.
 RuleEntry& RegisterUnary(const std::string& name, Fn1 f) {
-  return Register(name, UnaryRule(std::move(f))).Dynamic();
+  return Register(name, UnaryRule(std::move(f))).DynamicElementwise();
 }
 void RegisterMath(const std::string& name, const std::string& op, bool chlo) {
-  Register(name, MathRule(op, chlo)).Dynamic();
+  Register(name, MathRule(op, chlo)).DynamicElementwise();
 }
 void RegisterArith(const std::string& base, Fn2 f, bool alpha = false) {
-  Register(base + ".Tensor", ArithRule(f, alpha)).Dynamic();
-  Register(base + ".Scalar", ArithRule(f, alpha)).Dynamic();
+  Register(base + ".Tensor", ArithRule(f, alpha)).DynamicElementwise();
+  Register(base + ".Scalar", ArithRule(f, alpha)).DynamicElementwise();
 }
 
 // round.decimals(self, decimals): PyTorch's formula in the dtype (opmath for
@@ -220,8 +220,8 @@ const bool registered = [] {
   };
   auto div = [](Builder& b, Value x, Value y) { return b.Binary("divide", x, y); };
   RegisterArith("add", add, true);
-  Register("sub.Tensor", NoBoolSubtraction(ArithRule(sub, true))).Dynamic();
-  Register("sub.Scalar", NoBoolSubtraction(ArithRule(sub, true))).Dynamic();
+  Register("sub.Tensor", NoBoolSubtraction(ArithRule(sub, true))).DynamicElementwise();
+  Register("sub.Scalar", NoBoolSubtraction(ArithRule(sub, true))).DynamicElementwise();
   // rsub(self, other, alpha) = other - alpha * self = sub(other, self, alpha).
   for (const char* name : {"rsub.Tensor", "rsub.Scalar"}) {
     Rule rule = NoBoolSubtraction(ArithRule(sub, true));
@@ -246,7 +246,7 @@ const bool registered = [] {
       }
       return std::vector<Value>{c.b.Convert(Div(c.b, x, y, mode), out.dtype)};
     });
-    if (e.name == "div.Tensor_mode") e.Dynamic();
+    if (e.name == "div.Tensor_mode") e.DynamicElementwise();
   }
   Register("floor_divide", ArithRule(FloorDivide));
   Register("floor_divide.Scalar", ArithRule(FloorDivide));
@@ -257,10 +257,10 @@ const bool registered = [] {
     return hlo::IsFloat(x.dtype()) ? b.Binary("power", x, y) : IntPow(b, x, y);
   };
   for (const char* name : {"pow.Tensor_Tensor", "pow.Tensor_Scalar"})
-    Register(name, ArithRule(pow)).Dynamic().dynamic.integers_exact = true;
+    Register(name, ArithRule(pow)).DynamicElementwise().dynamic.integers_exact = true;
   Register("pow.Scalar", ArithRule(pow));
-  Register("maximum", ArithRule([](Builder& b, Value x, Value y) { return MaxMin(b, x, y, true); })).Dynamic();
-  Register("minimum", ArithRule([](Builder& b, Value x, Value y) { return MaxMin(b, x, y, false); })).Dynamic();
+  Register("maximum", ArithRule([](Builder& b, Value x, Value y) { return MaxMin(b, x, y, true); })).DynamicElementwise();
+  Register("minimum", ArithRule([](Builder& b, Value x, Value y) { return MaxMin(b, x, y, false); })).DynamicElementwise();
   Register("atan2", ArithRule([](Builder& b, Value x, Value y) { return b.Binary("atan2", x, y); }));
   Register("hypot", ArithRule([](Builder& b, Value x, Value y) {
              return b.Unary("sqrt", b.Binary("add", b.Binary("multiply", x, x),
@@ -279,24 +279,24 @@ const bool registered = [] {
   const std::pair<const char*, const char*> comparisons[] = {
       {"eq", "EQ"}, {"ne", "NE"}, {"lt", "LT"}, {"le", "LE"}, {"gt", "GT"}, {"ge", "GE"}};
   for (const auto& [name, dir] : comparisons) {
-    Register(std::string(name) + ".Tensor", CompareRule(dir)).Dynamic();
-    Register(std::string(name) + ".Scalar", CompareRule(dir)).Dynamic();
+    Register(std::string(name) + ".Tensor", CompareRule(dir)).DynamicElementwise();
+    Register(std::string(name) + ".Scalar", CompareRule(dir)).DynamicElementwise();
   }
 
   // ---- logical and bitwise
-  for (const char* op : {"and", "or", "xor"}) Register(std::string("logical_") + op, LogicalRule(op)).Dynamic();
+  for (const char* op : {"and", "or", "xor"}) Register(std::string("logical_") + op, LogicalRule(op)).DynamicElementwise();
   Register("logical_not", [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = Out(c);
     Value x = As(c.b, a[0], ElementType::Bool, out.shape);
     return std::vector<Value>{c.b.Convert(c.b.Unary("not", x), out.dtype)};
-  }).Dynamic();
+  }).DynamicElementwise();
   for (const char* op : {"and", "or", "xor"}) {
     Fn2 f = [op](Builder& b, Value x, Value y) {
       if (hlo::IsFloat(x.dtype())) throw Unsupported("bitwise op on floats");
       return b.Binary(op, x, y);
     };
-    Register(std::string("bitwise_") + op + ".Tensor", ArithRule(f)).Dynamic();
-    Register(std::string("bitwise_") + op + ".Scalar", ArithRule(f)).Dynamic();
+    Register(std::string("bitwise_") + op + ".Tensor", ArithRule(f)).DynamicElementwise();
+    Register(std::string("bitwise_") + op + ".Scalar", ArithRule(f)).DynamicElementwise();
   }
   RegisterUnary("bitwise_not", [](Builder& b, Value x) { return b.Unary("not", x); });
 
@@ -389,7 +389,7 @@ const bool registered = [] {
     Value cond = As(c.b, a[0], ElementType::Bool, out.shape);
     Value x = As(c.b, a[1], out.dtype, out.shape), y = As(c.b, a[2], out.dtype, out.shape);
     return std::vector<Value>{c.b.Select(cond, x, y)};
-  }).Dynamic();
+  }).DynamicElementwise();
   Register("where.ScalarOther", [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = Out(c);
     Value cond = As(c.b, a[0], ElementType::Bool, out.shape);
@@ -412,7 +412,7 @@ const bool registered = [] {
     Value r = Clamp(c.b, x, lo.valid() ? &lo : nullptr, hi.valid() ? &hi : nullptr);
     return std::vector<Value>{c.b.Convert(r, out.dtype)};
   };
-  Register("clamp", clamp).Dynamic();
+  Register("clamp", clamp).DynamicElementwise();
   Register("clamp.Tensor", clamp);
   auto clamp_max = [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = Out(c);

@@ -159,6 +159,11 @@ struct DynamicShapes {
   // contracts all the buffer rows with the padding rows zeroed
   // (csrc/aten/padded_rows.cpp).
   bool contracts_rows = false;
+  // Each result element comes from the inputs' elements at its own index
+  // (broadcast), nothing else: the module runs on the padded buffers at the
+  // buckets' sizes as static arrays, with no runtime sizes set and no result
+  // made static again (the padding's elements are computed and never read).
+  bool elementwise = false;
 };
 
 // One entry of the table: the rule and what the dispatcher must know about
@@ -201,6 +206,12 @@ struct RuleEntry {
   RuleEntry& Dynamic(StaticDimsRule static_dims = {}) {
     dynamic.enabled = true;
     dynamic.static_dims = std::move(static_dims);
+    return *this;
+  }
+  // An elementwise rule (DynamicShapes::elementwise) that runs dynamic.
+  RuleEntry& DynamicElementwise() {
+    Dynamic();
+    dynamic.elementwise = true;
     return *this;
   }
   bool IsRuntimeFloat(const std::string& arg) const {

@@ -131,7 +131,7 @@ const bool registered = [] {
     Value th = As(c.b, a[2], ct, out.shape);
     Value r = c.b.Select(c.b.Compare("LE", x, th), c.b.Splat(ct, 0, out.shape), g);
     return std::vector<Value>{c.b.Convert(r, out.dtype)};
-  }).Dynamic();
+  }).DynamicElementwise();
   Register("tanh_backward", [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = c.outputs.at(0);
     ElementType ct = ComputeType(out.dtype);
@@ -139,7 +139,7 @@ const bool registered = [] {
     Value r = c.b.Binary("multiply", g,
                          c.b.Binary("subtract", Splat(c.b, y, 1), c.b.Binary("multiply", y, y)));
     return std::vector<Value>{c.b.Convert(r, out.dtype)};
-  }).Dynamic();
+  }).DynamicElementwise();
   Register("sigmoid_backward", [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = c.outputs.at(0);
     ElementType ct = ComputeType(out.dtype);
@@ -147,7 +147,7 @@ const bool registered = [] {
     Value r = c.b.Binary("multiply", g,
                          c.b.Binary("multiply", y, c.b.Binary("subtract", Splat(c.b, y, 1), y)));
     return std::vector<Value>{c.b.Convert(r, out.dtype)};
-  }).Dynamic();
+  }).DynamicElementwise();
   // Bounded dynamic shapes: the classes stay static (the target range check),
   // in self ([N, C] or [C]) and in the class weights.
   auto classes_static = [](size_t self) {

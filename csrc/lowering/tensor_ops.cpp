@@ -387,19 +387,19 @@ const bool registered = [] {
   Register("clone", [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = Out(c);
     return One(c.b.Reshape(c.b.Convert(a[0].tensor, out.dtype), out.shape));
-  }).Dynamic();
+  }).DynamicElementwise();
 
   // torch_tpu's own copies (tensor.copy_, transfers of views): the input
   // converted to the destination's dtype and broadcast to its shape.
   Register("copy_convert", [](Context& c, const std::vector<Arg>& a) {
     return One(As(c.b, a.at(1), Out(c).dtype, Out(c).shape));
-  }, {}, Scope::Internal).Dynamic().overwrites_destination = true;
+  }, {}, Scope::Internal).DynamicElementwise().overwrites_destination = true;
   // Fills write one value everywhere: safe through expand()ed destinations.
   for (const char* fill : {"fill.Scalar", "fill.Tensor"}) {
-    RuleEntry& e = Register(fill, FillRule).Dynamic();
+    RuleEntry& e = Register(fill, FillRule).DynamicElementwise();
     e.repeat_safe_writes = e.overwrites_destination = true;
   }
-  RuleEntry& zero = Register("zero", [](Context& c, const std::vector<Arg>&) { return One(Zeros(c.b, Out(c))); }).Dynamic();
+  RuleEntry& zero = Register("zero", [](Context& c, const std::vector<Arg>&) { return One(Zeros(c.b, Out(c))); }).DynamicElementwise();
   zero.repeat_safe_writes = zero.overwrites_destination = true;
   Register("arange.start_out", Arange).small_results_on_host = true;
   Register("linspace.out", Linspace);
@@ -411,7 +411,7 @@ const bool registered = [] {
   Register("tril", Triangle(true));
   Register("triu", Triangle(false));
   Register("repeat", Repeat);
-  Register("masked_fill.Scalar", MaskedFill).Dynamic();
+  Register("masked_fill.Scalar", MaskedFill).DynamicElementwise();
   Register("masked_fill.Tensor", MaskedFill);
   Register("constant_pad_nd", ConstantPadNd).Dynamic(ConstantPadStaticDims);
 

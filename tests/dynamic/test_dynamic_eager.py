@@ -327,3 +327,15 @@ def test_integer_indexing_checks_the_real_size():
         torch.testing.assert_close(got, torch.tensor([9.0, 10.0, 23.0, 39.0]))
         with pytest.raises(IndexError, match="index out of range for dimension 1"):
             x[rows, torch.tensor([9, 10, 0, 0], device="tpu")].cpu()
+
+
+def test_elementwise_modules_leave_padding_that_reductions_never_read():
+    # Elementwise rules run on the padded buffers as static arrays (no sizes
+    # set): x / x puts NaN (0 / 0) in the padding that x's host pad filled
+    # with zeros. The sums over the dynamic dim read the real elements only.
+    def fn(x):
+        ones = x / x
+        return torch.stack([ones.sum(1), (ones * x).exp().sum(1)])
+
+    s = run_sizes(fn, lambda n: (torch.rand(3, n, 6) + 0.5,), sizes=(9, 10, 12, 15, 13))
+    assert s["dynamic_hits"] >= 9, s
