@@ -924,6 +924,35 @@ Value PadDynamic(hlo::Builder& b, Value v, std::vector<bool> dyn, const std::vec
   return b.Reshape(v, {v.type.numel()});
 }
 
+// Each input the module reads out of its storage, at its buckets' sizes
+// (padded_layout.h: a window of the padded buffer, or rows gathered for a
+// reshaped read; an overwritten destination only for its type). `masked`:
+// each dynamic dim at its runtime size (`sizes`, in input order).
+std::vector<Value> ReadInputs(hlo::Builder& b, const Plan& plan, const DynamicLayout& lay,
+                              const std::vector<Value>& params, const std::vector<Value>& sizes,
+                              const std::vector<std::vector<Value>>& outer_real, bool masked) {
+  size_t next = 0;
+  std::vector<Value> reads(plan.inputs.size());
+  for (size_t i = 0; i < plan.inputs.size(); ++i) {
+    const TensorIn& in = plan.inputs[i];
+    const std::vector<bool>& dyn = lay.in_dynamic[i];
+    std::vector<Value> runtime(dyn.size());  // the dynamic dims' runtime sizes
+    for (size_t d = 0; d < dyn.size(); ++d)
+      if (dyn[d]) runtime[d] = sizes[next++];
+    Value v;
+    if (lay.overwritten[in.storage])  // the rule reads its type only
+      v = b.Splat(in.dtype, 0, lay.in_bucket[i]);
+    else if (lay.reads[i])
+      v = ReadPaddedView(b, params[in.storage_param], *lay.reads[i], lay.in_bucket[i]);
+    else if (lay.reshaped[i])
+      v = ReadReshapedView(b, params[in.storage_param], *lay.reshaped[i], lay.in_bucket[i], runtime, outer_real[i]);
+    else
+      continue;
+    reads[i] = masked ? Sized(b, v, dyn, runtime) : v;
+  }
+  return reads;
+}
+
 std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
                                const std::vector<OutputSpec>& bucket_specs,
                                DynamicCompiled& dc) {
@@ -952,25 +981,7 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
         outer_real[i].push_back(b.Parameter({ElementType::I32, {}}));
   // An elementwise rule runs on the buckets' static arrays: no sizes set.
   const bool masked = !call.desc->rule->dynamic.elementwise;
-  size_t next = 0;
-  std::vector<Value> reads(plan.inputs.size());
-  for (size_t i = 0; i < plan.inputs.size(); ++i) {
-    const TensorIn& in = plan.inputs[i];
-    const std::vector<bool>& dyn = lay.in_dynamic[i];
-    std::vector<Value> runtime(dyn.size());  // the dynamic dims' runtime sizes
-    for (size_t d = 0; d < dyn.size(); ++d)
-      if (dyn[d]) runtime[d] = sizes[next++];
-    Value v;
-    if (lay.overwritten[in.storage])  // the rule reads its type only
-      v = b.Splat(in.dtype, 0, lay.in_bucket[i]);
-    else if (lay.reads[i])
-      v = ReadPaddedView(b, params[in.storage_param], *lay.reads[i], lay.in_bucket[i]);
-    else if (lay.reshaped[i])
-      v = ReadReshapedView(b, params[in.storage_param], *lay.reshaped[i], lay.in_bucket[i], runtime, outer_real[i]);
-    else
-      continue;
-    reads[i] = masked ? Sized(b, v, dyn, runtime) : v;
-  }
+  std::vector<Value> reads = ReadInputs(b, plan, lay, params, sizes, outer_real, masked);
   Call bucket_call = call;
   bucket_call.specs = bucket_specs;
   for (auto& in : bucket_call.plan.inputs) in.buffer_geometry.reset();  // storages may be re-laid out
