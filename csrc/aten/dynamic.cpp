@@ -642,7 +642,7 @@ std::optional<ReshapedRead> ReshapedReadOf(const Plan& plan, size_t i, const std
   const TensorIn& in = plan.inputs[i];
   const runtime::DeviceStorage& s = *plan.storages[in.storage];
   if (!s.padded()) return std::nullopt;
-  StorageLayout layout{s.real_shape, s.padded_shape};
+  const StorageLayout layout = CurrentLayout(s, in);
   bool splits = false;
   for (size_t d = 0; d < dyn.size(); ++d) splits |= dyn[d] && SplitsStorageDim(in.geometry, d, layout);
   if (!splits) return std::nullopt;
@@ -682,7 +682,7 @@ bool PaddedStorages(const Plan& plan, DynamicLayout* lay) {
     const size_t s = plan.inputs[i].storage;
     lay->reshaped[i] = ReshapedReadOf(plan, i, lay->in_dynamic[i]);
     std::optional<StorageLayout> l = lay->reshaped[i]
-        ? StorageLayout{plan.storages[s]->real_shape, plan.storages[s]->padded_shape}  // read as it is
+        ? CurrentLayout(*plan.storages[s], plan.inputs[i])  // read as it is
         : NeededLayout(plan, i, lay->in_dynamic[i], lay->in_bucket[i]);
     if (!l) return Refuse("a dynamic input is a view no padded layout reads");
     if (Numel(l->padded) >= (int64_t{1} << 31)) return Refuse("bucket over 2^31 elements");
@@ -821,32 +821,25 @@ std::string DynamicKey(const std::string& sig, const Plan& plan, const DynamicLa
 std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle& op,
                                     const std::vector<c10::IValue>& args,
                                     const std::vector<std::vector<int64_t>>& sizes) {
+  // Plan input `input`'s tensor `t` as a meta tensor at its bucket's sizes.
+  auto meta = [&](const at::Tensor& t, int input) { return at::empty(sizes.at(input), t.options().device(at::kMeta)); };
   torch::jit::Stack stack;
   for (size_t i = 0; i < args.size(); ++i) {
     const c10::IValue& v = args[i];
     const ArgPlan& ap = call.plan.args[i];
     if (v.isTensor() && ap.kind == Arg::Kind::Tensor && !ap.tensors.empty() && ap.param < 0) {
-      const at::Tensor& t = v.toTensor();
-      stack.push_back(at::empty(sizes[ap.tensors[0]], t.options().device(at::kMeta)));
+      stack.push_back(meta(v.toTensor(), ap.tensors[0]));
     } else if (v.isTensorList() && ap.kind == Arg::Kind::TensorList) {
       std::vector<at::Tensor> metas;
       auto list = v.toTensorList();
-      for (size_t j = 0; j < list.size(); ++j) {
-        at::Tensor t = list[j];
-        metas.push_back(at::empty(sizes[ap.tensors.at(j)], t.options().device(at::kMeta)));
-      }
+      for (size_t j = 0; j < list.size(); ++j) metas.push_back(meta(list[j], ap.tensors.at(j)));
       stack.push_back(metas);
     } else if (v.isList() && ap.kind == Arg::Kind::TensorList) {  // Tensor?[] (index's indices)
       c10::List<std::optional<at::Tensor>> metas;
       auto list = v.toListRef();
-      for (size_t j = 0; j < list.size(); ++j) {
-        if (list[j].isNone()) {
-          metas.push_back(std::nullopt);
-          continue;
-        }
-        const at::Tensor& t = list[j].toTensor();
-        metas.push_back(at::empty(sizes[ap.tensors.at(j)], t.options().device(at::kMeta)));
-      }
+      for (size_t j = 0; j < list.size(); ++j)
+        metas.push_back(list[j].isNone() ? std::nullopt
+                                         : std::optional<at::Tensor>(meta(list[j].toTensor(), ap.tensors.at(j))));
       stack.push_back(metas);
     } else if (v.isDevice()) {
       stack.push_back(c10::Device(at::kMeta));

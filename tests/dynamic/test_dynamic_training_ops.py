@@ -108,16 +108,21 @@ class _Attention(torch.nn.Module):
         return self.o(y.transpose(1, 2).reshape(b, s, -1))
 
 
+def _on_cpu_and_tpu(module_class):
+    """Two instances with the same random weights (seed 0): one on the CPU, one on tpu."""
+    torch.manual_seed(0)
+    cpu = module_class()
+    dev = module_class()
+    dev.load_state_dict(cpu.state_dict())
+    return cpu, dev.to("tpu")
+
+
 @pytest.mark.parametrize("causal", [True, False])
 def test_attention_training_on_new_lengths_compiles_nothing(causal):
     # Forward (saving its logsumexp) and backward of attention, batch 3: the output
     # and the parameters' gradients equal CPU's, and lengths 13, 15, 11 after 12 and
     # 14 compile no executable at all. Not causal: a key-padding mask (bool).
-    torch.manual_seed(0)
-    cpu = _Attention()
-    dev = _Attention()
-    dev.load_state_dict(cpu.state_dict())
-    dev = dev.to("tpu")
+    cpu, dev = _on_cpu_and_tpu(_Attention)
 
     def run(n, seed):
         ids = torch.randint(0, 40, (3, n), generator=torch.Generator().manual_seed(seed))
@@ -194,11 +199,7 @@ def test_causal_lm_loss_on_padded_rows_compiles_nothing(reduction):
     # log_softmax, nll_loss and their backward run on all the buffer rows of the
     # [b*s, V] logits (the padding rows' targets ignored); losses and every
     # gradient equal CPU's, new lengths and batch sizes compile nothing (mean, sum).
-    torch.manual_seed(0)
-    cpu = _LMHead()
-    dev = _LMHead()
-    dev.load_state_dict(cpu.state_dict())
-    dev = dev.to("tpu")
+    cpu, dev = _on_cpu_and_tpu(_LMHead)
 
     def run(b, n, seed):
         g = torch.Generator().manual_seed(seed)
