@@ -27,7 +27,7 @@ with DataCollatorWithPadding), warmed at lengths 12 and 14 (the 16-bucket),
 then new lengths 13, 15, 11: compiles and wall time of the step next to CPU
 eager's step, the warm step, and whether the loss equals CPU's.
 
-    PYTHONPATH=python python3 benchmarks/new_shapes.py [--training | --fused]
+    PYTHONPATH=python python3 benchmarks/new_shapes.py [--training | --fused | --static]
 
 CPU eager runs with one thread (NEW_SHAPES_CPU_THREADS to change it): on a
 shared machine its multi-threaded times swing by 100x.
@@ -172,6 +172,8 @@ def main():
         return print_training()
     if "--fused" in sys.argv:  # the Llama scenario in fused eager alone
         return print_llama("fused")
+    if "--static" in sys.argv:  # the Llama scenario with a StaticCache alone
+        return print_llama("static")
     print(f"MLP block, batch {BATCH}, hidden {HIDDEN}; warmed at seq {WARM}; new sizes {NEW}, past {PAST}")
     print(f"{'mode':>6} {'seq':>4} {'compiles':>8} {'first s':>8} {'cpu s':>8} {'ratio':>7} {'warm s':>8} {'max err':>8}")
     for mode in ("0", "auto", "0+mark"):

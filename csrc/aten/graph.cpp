@@ -240,17 +240,27 @@ Value Graph::OutputValue(Value v, Output* o) {
   return lowering::WriteView(b_, b_.Splat(v.dtype(), 0, {n}), b_.ConstantInt(ElementType::I64, 0), g, v);
 }
 
-void Graph::AddMutations(const std::vector<std::pair<int, int>>& mutations, std::vector<Value>* outs) {
+namespace {
+bool AnyDynamicDim(const std::vector<int>& dims) {
+  return std::any_of(dims.begin(), dims.end(), [](int k) { return k >= 0; });
+}
+}  // namespace
+
+void Graph::AddMutations(const std::vector<std::pair<int, int>>& mutations, std::vector<Value>* outs,
+                         std::vector<Value>* padded) {
   mutations_.clear();
   std::set<int> mutated;
+  const bool bounded = !size_params_.empty();
   for (const auto& [input, id] : mutations) {
     TORCH_CHECK(input >= 0 && input < static_cast<int>(inputs_.size()),
                 "set_outputs: mutation of unknown input ", input);
     TORCH_CHECK(mutated.insert(input).second, "set_outputs: input ", input, " mutated twice");
     const InputSpec& spec = inputs_[input];
-    TORCH_CHECK(spec.dims.empty() && value_dims_.at(id).empty(), "set_outputs: input ", input,
-                " has dynamic dims: a graph cannot update it in place");
-    Value v = WithSizes(value(id), {}, !size_params_.empty());
+    const std::vector<int>& dims = value_dims_.at(id);
+    const bool dynamic = AnyDynamicDim(dims);
+    TORCH_CHECK(dynamic ? dims == spec.dims : !AnyDynamicDim(spec.dims), "set_outputs: input ", input,
+                " and its new value have different dynamic dims");
+    Value v = WithSizes(value(id), dims, bounded);
     TORCH_CHECK(v.dtype() == spec.dtype && v.shape() == spec.shape, "set_outputs: input ", input,
                 " is ", hlo::Name(spec.dtype), c10::IntArrayRef(spec.shape),
                 " but its new value is ", v.type.str());
@@ -259,9 +269,15 @@ void Graph::AddMutations(const std::vector<std::pair<int, int>>& mutations, std:
       if (params_[p].kind == ParamSlot::Kind::Input && params_[p].input == input)
         param = static_cast<int>(p);
     TORCH_CHECK(param >= 0, "internal: no parameter for input ", input);
-    b_.SetParameterAttrs(param, "tf.aliasing_output = " + std::to_string(outs->size()) + " : i32");
-    outs->push_back(b_.Reshape(v, {Numel(spec.shape)}));
-    mutations_.push_back({input, param});
+    if (dynamic) {  // aliased in SetOutputs, once its position is known
+      std::vector<bool> dyn;
+      for (int k : dims) dyn.push_back(k >= 0);
+      padded->push_back(PadDynamicResult(b_, v, dyn));
+    } else {
+      b_.SetParameterAttrs(param, "tf.aliasing_output = " + std::to_string(outs->size()) + " : i32");
+      outs->push_back(b_.Reshape(v, {Numel(spec.shape)}));
+    }
+    mutations_.push_back({input, param, dynamic});
   }
 }
 
@@ -290,12 +306,19 @@ void Graph::SetOutputs(const std::vector<int>& ids, const std::vector<std::vecto
     }
     outputs_.push_back(o);
   }
-  AddMutations(mutations, &outs);
+  std::vector<Value> padded_mutations;
+  AddMutations(mutations, &outs, &padded_mutations);
   for (const auto& c : checks_) {
     outs.push_back(c.first);
     check_messages_.push_back(c.second);
   }
   outs.insert(outs.end(), dynamic.begin(), dynamic.end());
+  size_t next = 0;
+  for (const Mutation& m : mutations_) {
+    if (!m.dynamic) continue;
+    b_.SetParameterAttrs(m.param, "tf.aliasing_output = " + std::to_string(outs.size()) + " : i32");
+    outs.push_back(padded_mutations[next++]);
+  }
   b_.Return(outs);
   text_ = b_.ToText();
   returned_ = true;
@@ -370,7 +393,7 @@ std::vector<LaunchParam> Graph::LaunchParams(const std::vector<at::Tensor>& dens
   for (size_t p = 0; p < params_.size(); ++p) {
     const ParamSlot& slot = params_[p];
     if (slot.kind == ParamSlot::Kind::Input && padded[slot.input]) {
-      params.push_back(LaunchParam::Of(padded[slot.input]));
+      params.push_back(LaunchParam::Of(padded[slot.input], donate[p]));
     } else if (slot.kind == ParamSlot::Kind::Size) {
       TORCH_CHECK(static_cast<size_t>(slot.input) < sizes.size(), "compiled graph: runtime size ", slot.input,
                   " missing (", sizes.size(), " given)");
@@ -389,6 +412,16 @@ std::vector<LaunchParam> Graph::LaunchParams(const std::vector<at::Tensor>& dens
   }
   return params;
 }
+
+namespace {
+// A storage's new value `b`, a row-major `bound` array with the `real`
+// elements at the front of each dim.
+void TakePadded(DeviceStorage* s, pjrt::BufferPtr b, const std::vector<int64_t>& real,
+                const std::vector<int64_t>& bound) {
+  if (real != bound) s->SetPadded(std::move(b), real, bound);
+  else s->Set(std::move(b));
+}
+}  // namespace
 
 // Mutated inputs: their storages took the results (in place); a non-dense
 // input is written back from its dense temporary.
@@ -434,9 +467,14 @@ std::vector<at::Tensor> Graph::Run(const std::vector<at::Tensor>& inputs, const 
   // A buffer also read through another parameter is not donated (the
   // launcher's rule): then the storage just takes the result.
   std::vector<bool> donated;
+  size_t padded_mutations = 0;
   for (const Mutation& m : mutations_) {
-    launch.results.push_back(StorageOf(dense[m.input]));
-    launch.result_types.push_back(inputs_[m.input].dtype);
+    if (m.dynamic) {
+      ++padded_mutations;
+    } else {
+      launch.results.push_back(StorageOf(dense[m.input]));
+      launch.result_types.push_back(inputs_[m.input].dtype);
+    }
     bool shared = false;
     for (size_t p = 0; p < launch.params.size(); ++p)
       shared |= static_cast<int>(p) != m.param && launch.params[p].buffer &&
@@ -449,16 +487,15 @@ std::vector<at::Tensor> Graph::Run(const std::vector<at::Tensor>& inputs, const 
   } catch (const pjrt::Error& e) {
     TORCH_CHECK(false, "torch_tpu compiled graph: ", e.what());
   }
-  TORCH_CHECK(rest.size() == dynamic_outputs_.size(), "internal: compiled graph returned ", rest.size(),
-              " padded outputs, expected ", dynamic_outputs_.size());
-  for (size_t k = 0; k < rest.size(); ++k) {
-    const Output& o = outputs_[dynamic_outputs_[k]];
-    DeviceStorage* s = StorageOf(results[dynamic_outputs_[k]]);
-    s->dtype = o.dtype;
-    std::vector<int64_t> real = results[dynamic_outputs_[k]].sizes().vec();
-    if (real != o.sizes) s->SetPadded(rest[k], real, o.sizes);
-    else s->Set(rest[k]);
+  TORCH_CHECK(rest.size() == dynamic_outputs_.size() + padded_mutations, "internal: compiled graph returned ",
+              rest.size(), " padded outputs, expected ", dynamic_outputs_.size() + padded_mutations);
+  size_t next = 0;
+  for (size_t k : dynamic_outputs_) {
+    StorageOf(results[k])->dtype = outputs_[k].dtype;
+    TakePadded(StorageOf(results[k]), rest[next++], results[k].sizes().vec(), outputs_[k].sizes);
   }
+  for (const Mutation& m : mutations_)
+    if (m.dynamic) TakePadded(StorageOf(dense[m.input]), rest[next++], dense[m.input].sizes().vec(), inputs_[m.input].shape);
   TakeMutations(inputs, dense, donated);
   return results;
 }

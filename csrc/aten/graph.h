@@ -18,7 +18,10 @@
 // (tf.aliasing_output), the input's storage buffer is donated to the
 // execution and the storage takes the result buffer: an in-place update
 // with no copy, as eager in-place ops do. An input that is a non-dense view
-// goes through a dense temporary and is written back with one copy.
+// goes through a dense temporary and is written back with one copy. A
+// mutated input with dynamic dims (a KV cache whose batch is a symbol) gets
+// its new value padded at its bound, aliased to its padded parameter: the
+// storage keeps the padded layout (DeviceStorage::SetPadded).
 //
 // Bounded dynamic dims (torch.compile with symbolic shapes, compile_symbolic.py's
 // Bucketed): a dim of an input or op result may name a runtime size `k`
@@ -108,8 +111,9 @@ class Graph {
     std::vector<int> dims;  // as GraphTensorType::dims
   };
   struct Mutation {
-    int input;  // index into inputs_
-    int param;  // its module parameter
+    int input;             // index into inputs_
+    int param;             // its module parameter
+    bool dynamic = false;  // a dynamic input: its new value comes back padded, after the dynamic outputs
   };
 
   int Add(hlo::Value v, std::vector<int> dims = {});
@@ -123,7 +127,9 @@ class Graph {
   // Module parameters for the decoded call's scalars and generator states.
   std::vector<hlo::Value> AddParams(const Plan& plan);
   hlo::Value OutputValue(hlo::Value v, Output* o);
-  void AddMutations(const std::vector<std::pair<int, int>>& mutations, std::vector<hlo::Value>* outs);
+  // Static mutations go to `outs`, dynamic ones (padded at their bound) to `padded`.
+  void AddMutations(const std::vector<std::pair<int, int>>& mutations, std::vector<hlo::Value>* outs,
+                    std::vector<hlo::Value>* padded);
   std::vector<at::Tensor> DenseInputs(const std::vector<at::Tensor>& inputs, const std::vector<int64_t>& sizes,
                                       std::vector<pjrt::BufferPtr>* padded);
   std::vector<runtime::LaunchParam> LaunchParams(const std::vector<at::Tensor>& dense,

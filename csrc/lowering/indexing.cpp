@@ -305,6 +305,17 @@ std::vector<Value> MaskedScatter(Context& c, const std::vector<Arg>& a) {
   return One(b.Select(m, b.Reshape(g, out.shape), x));
 }
 
+// `src` with its bounded dynamic dims other than `dim` made static at their
+// bounds. XLA's padder scatters an update whose window dims are dynamic only
+// when their runtime size is the very value the operand's dim was set to;
+// the module gives each input its own size parameter. The padding rows of
+// the update land on the operand's padding rows (the dims' buckets agree).
+Value StaticWindow(Builder& b, Value src, int64_t dim) {
+  for (int64_t d = 0; d < static_cast<int64_t>(src.type.dynamic.size()); ++d)
+    if (d != dim && src.type.dynamic[d]) src = b.SetDimensionSize(src, b.ConstantInt(E::I32, src.shape()[d]), d, true);
+  return src;
+}
+
 // index_copy(self, dim, index, source): out.select(dim, index[i]) =
 // source.select(dim, i).
 std::vector<Value> IndexCopy(Context& c, const std::vector<Arg>& a) {
@@ -316,7 +327,7 @@ std::vector<Value> IndexCopy(Context& c, const std::vector<Arg>& a) {
   if (n == 0 || out.numel() == 0) return One(b.Reshape(x, out.shape));
   int64_t dim = WrapDim(a[1].i, x.rank());
   idx = CheckedIndexInDim(c, idx, x, dim, false, "index_copy");
-  Value src = b.Convert(a[3].tensor, out.dtype);
+  Value src = b.Convert(StaticWindow(b, a[3].tensor, dim), out.dtype);
   std::vector<int64_t> src_shape = x.shape();
   src_shape[dim] = n;
   src = b.Reshape(src, src_shape);
@@ -381,16 +392,9 @@ const bool registered = [] {
   Register("_unsafe_index_put", IndexPut).Dynamic(IntegerIndicesOnly);
   // index backward and index_put_ on some paths: the in-place form derives.
   Register("_index_put_impl", IndexPut).Dynamic(IntegerIndicesOnly);
-  // Bounded dynamic shapes (a static KV cache's update): rows are copied
-  // along `dim` only, so the destination and the source keep their other
-  // dims static (the index check reads the destination's real size).
-  Register("index_copy", IndexCopy).Dynamic([](const std::vector<Arg>& a, StaticDims& s) {
-    const size_t rank = s.Rank(3);  // (self, dim, index, source)
-    const size_t dim = rank == 0 ? 0 : static_cast<size_t>(WrapDim(a.at(1).i, static_cast<int64_t>(rank)));
-    for (size_t arg : {0, 3})
-      for (size_t d = 0; d < s.Rank(arg); ++d)
-        if (d != dim) s.Dim(arg, d);
-  });
+  // Bounded dynamic shapes (a static KV cache's update, at any batch size
+  // and prompt length): the index check reads the destination's real size.
+  Register("index_copy", IndexCopy).Dynamic();
   Register("masked_scatter", MaskedScatter);
   Register("nonzero_static", NonzeroStatic);
   return true;

@@ -362,8 +362,6 @@ class _Compiled:
             raise _Unsupported(f"in-place update of graph input {dst.name} on {dval.device}")
         if sval.dtype != dval.dtype or tuple(sval.shape) != tuple(dval.shape):
             raise _Unsupported(f"copy_ into graph input {dst.name} with a dtype or shape change")
-        if self.shapes is not None and self.shapes.dynamic and self.shapes.is_dynamic(dval):
-            raise NotBounded(f"in-place update of graph input {dst.name} with a dynamic dim")
         mutations[input_index[dst]] = env[src]
         env[node] = env[src]  # copy_ returns the updated input
 

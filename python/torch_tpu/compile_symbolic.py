@@ -5,7 +5,9 @@ one bounded-dynamic module per size bucket, not one per concrete shape.
 AOTAutograd traces the graph once, symbolically. At call time each symbol
 takes its value from the call's arguments (a SymInt input, or a tensor dim
 that is that symbol) and its *bucket* (strict eager's, ``torch_tpu.dynamic.bucket``:
-4, 8, 16, then 8 per octave: 18, 20, ..., 32, 36, ...). The module of a
+4, 8, 16, then 8 per octave: 18, 20, ..., 32, 36, ...; a value up to 16
+reuses the smallest small bucket its symbol already has a module for, as
+eager does). The module of a
 bucket key (one bucket per symbol) is built from the same FX graph with every
 symbolic dim at its bound (the expression evaluated at the buckets) and
 flagged dynamic: set_dimension_size'd to its real size, a runtime i32
@@ -25,8 +27,11 @@ correct, not shape-polymorphic), counted in ``compile.stats()
 - an op outside :data:`PADDER_SAFE` reads or makes a value with a dynamic dim
   (the padder handles these; an op reading positions, e.g. flip or an index
   into a dynamic dim, would read the padding),
-- a mutated graph input has a dynamic dim, or the bounded module fails to
-  build or compile.
+- the bounded module fails to build or compile.
+
+A mutated graph input with dynamic dims (a static KV cache whose batch or
+length is a symbol) takes its new value padded at its bound, as eager's
+in-place dynamic ops leave their storages.
 """
 from __future__ import annotations
 
@@ -241,8 +246,20 @@ class Shapes:
         return [int(e.xreplace(env)) for e in self.exprs]
 
 
-def bucket_of(values: tuple) -> tuple:
-    return tuple(bucket(int(v)) for v in values)
+SMALL_BUCKET = 16  # strict eager's kSmallBucket (dynamic.cpp): buckets 4, 8, 16
+
+
+def bucket_of(values: tuple, warm: tuple = ()) -> tuple:
+    """Each symbol's bucket. A small value (<= 16) takes the smallest small
+    bucket its symbol has already run at that holds it (`warm`: per symbol,
+    those buckets), as strict eager's SmallBucket does: a batch of 3 after
+    batches 4 and 5 reuses their 8-bucket instead of compiling a 4-bucket."""
+    key = []
+    for i, v in enumerate(values):
+        v = int(v)
+        held = [w for w in (warm[i] if i < len(warm) else ()) if w >= v] if v <= SMALL_BUCKET else []
+        key.append(min(held) if held else bucket(v))
+    return tuple(key)
 
 
 def _dim_is_dynamic(t: torch.Tensor, dim: int) -> bool:
@@ -288,8 +305,6 @@ def _check_positions(base: str, node: torch.fx.Node, is_dynamic: Any) -> None:
             v = t.meta.get("val") if isinstance(t, torch.fx.Node) else None
             if isinstance(v, torch.Tensor) and v.dim() == 4 and (_dim_is_dynamic(v, 1) or _dim_is_dynamic(v, 3)):
                 raise NotBounded("attention with a dynamic head count or head dim")
-    if base == "index_copy" and _dim_is_dynamic(src, args[1] if len(args) > 1 else 0):
-        raise NotBounded("index_copy into a dynamic dim")
     if base == "embedding" and _dim_is_dynamic(src, 0):
         raise NotBounded("embedding of a table with a dynamic number of rows")
 
@@ -331,6 +346,7 @@ class Bucketed:
         self.exact: dict[tuple, Any] = {}  # sizes -> (compiled, shapes)
         self.eager: Any = None  # the graph cannot be lowered at all
         self.sizes: dict[tuple, list] = {}  # sizes -> runtime sizes of their bucket's module
+        self.keys: dict[tuple, tuple] = {}  # sizes -> their bucket key
         _stats["bucketed_graphs"] += 1
 
     def __call__(self, *call_args: Any) -> Any:
@@ -340,7 +356,9 @@ class Bucketed:
         values = self.symbols.values(args)
         entry = None
         if self.reason is None:
-            key = bucket_of(values)
+            key = self.keys.get(values)
+            if key is None:
+                key = self.keys[values] = bucket_of(values, self._small_buckets())
             if key not in self.modules:
                 self.modules[key] = self._bounded(args, key)
             entry = self.modules[key]
@@ -357,6 +375,16 @@ class Bucketed:
             if sizes is None:
                 sizes = self.sizes[values] = shapes.runtime_sizes(values)
         return compiled.call(args, boxed, sizes)
+
+    def _small_buckets(self) -> tuple:
+        """Per symbol: the small buckets of the modules built so far."""
+        warm = [set() for _ in self.symbols.order]
+        for key, entry in self.modules.items():
+            if entry is not None:
+                for i, b in enumerate(key):
+                    if b <= SMALL_BUCKET:
+                        warm[i].add(b)
+        return tuple(warm)
 
     def _bounded(self, args: list, key: tuple) -> Any:
         shapes = Shapes(self.symbols, key, dynamic=True)

@@ -28,7 +28,11 @@ What is patched, and why:
     Once a "tpu" backend is registered the original method runs; if that
     backend then fails to compile the graph (``BackendCompilerFailed``, raised
     before anything runs), the model runs eagerly from then on, again with a
-    single warning.
+    single warning. Transformers' default config there says ``dynamic=False``
+    (one graph per batch size and cache length); unless
+    ``TORCH_TPU_DYNAMIC_SHAPES=0`` it becomes ``dynamic=None``: Dynamo's
+    automatic dynamic shapes, one bounded module per size bucket. A
+    ``compile_config`` the user gives is left as it is.
 
 ``transformers.generation.utils.GenerationMixin._prepare_static_cache``
     The StaticCache that ``generate()`` creates is sized to this call's
@@ -244,7 +248,7 @@ def _patch_modeling_utils(module: Any) -> None:
             if config is None:
                 config = getattr(getattr(self, "generation_config", None), "compile_config", None)
             if config is None and hasattr(self, "_default_compile_config"):
-                config = self._default_compile_config()
+                config = compile_config = _automatic_dynamic(self._default_compile_config())
             backend = getattr(config, "backend", "tpu")
             if not _backend_registered(backend):
                 if not _warned_compile:
@@ -260,6 +264,20 @@ def _patch_modeling_utils(module: Any) -> None:
     get_compiled_call.__wrapped__ = original  # type: ignore[attr-defined]
     get_compiled_call._torch_tpu_wrapped = True  # type: ignore[attr-defined]
     cls.get_compiled_call = get_compiled_call
+
+
+def _automatic_dynamic(config: Any) -> Any:
+    """Transformers' default compile config on "tpu" with ``dynamic=None``
+    instead of ``False`` (unless ``TORCH_TPU_DYNAMIC_SHAPES=0``): a decode
+    step that meets a new batch size or cache length is traced once more with
+    those dims symbolic (Dynamo's automatic dynamic shapes), and runs on one
+    bounded-dynamic module per size bucket (compile_symbolic.py) instead of
+    one graph per shape."""
+    from . import _C  # noqa: PLC0415 (loaded by then: the model is on "tpu")
+
+    if _C._dynamic_shapes() != "0" and getattr(config, "dynamic", None) is False:
+        config.dynamic = None
+    return config
 
 
 def _bucketed_cache_length(model: Any, length: int) -> int:

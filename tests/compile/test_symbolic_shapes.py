@@ -299,6 +299,41 @@ def test_static_cache_update_in_place():
     assert tpu_compile.stats()["exact_shape_graphs"] == 0, tpu_compile.symbolic_fallbacks()
 
 
+def test_cache_with_a_dynamic_batch_updated_in_place():
+    """A decode step writing one position of a KV cache whose batch and
+    length are symbols (a StaticCache made per generate() call): the cache
+    takes its new value padded at its bound (no exact-shape fallback), later
+    steps read it as it is, and every value equals the CPU's."""
+    torch.manual_seed(0)
+
+    def step(cache, pos, k):
+        cache.index_copy_(2, pos, k)
+        return (cache * 2).sum(2)
+
+    cf = torch.compile(step, backend="tpu", dynamic=True)
+    # Buckets 8, 8, 8 (a small batch reuses a warm small bucket, as in eager), 16.
+    for b, new in ((5, True), (6, False), (3, False), (9, True)):
+        cache_cpu = torch.zeros(b, 2, 20, 4)
+        cache = cache_cpu.to("tpu")
+        for position in (3, 4, 7):
+            pos, k = torch.tensor([position]), torch.randn(b, 2, 1, 4)
+            d_k = k.to("tpu")
+            for t in (cache, d_k):
+                torch._dynamo.mark_static(t, 1)
+                torch._dynamo.mark_static(t, 3)
+            before = _modules()[0], _compiles(), tpu_compile.stats()["inputs_donated"]
+            got = cf(cache, pos.to("tpu"), d_k)
+            built = _modules()[0] - before[0]
+            assert built == int(new and position == 3), (b, position, tpu_compile.symbolic_fallbacks())
+            if not built:
+                assert _compiles() == before[1], (b, position, torch_tpu.debug.stats()["compiles_by_op"])
+            assert tpu_compile.stats()["inputs_donated"] == before[2] + 1
+            torch.testing.assert_close(got.cpu(), step(cache_cpu, pos, k), **TOL)
+            torch.testing.assert_close(cache.cpu(), cache_cpu, rtol=0, atol=0)
+        assert cache.untyped_storage().nbytes() == cache_cpu.untyped_storage().nbytes()
+    assert tpu_compile.stats()["exact_shape_graphs"] == 0, tpu_compile.symbolic_fallbacks()
+
+
 def test_cpu_scalar_of_a_symbolic_size_compiles_per_shape():
     """CPU scalar arithmetic on a symbolic size (math.sqrt of a dynamic dim)
     cannot be bounded: the symbolic graph builds one exact-shape module per

@@ -249,6 +249,30 @@ def test_static_cache_compiled_decode_new_prompt_lengths_compile_nothing(llama):
             assert (graphs, compiles) == (0, {}), (n, graphs, compiles)
 
 
+def test_static_cache_compiled_decode_new_batch_sizes_compile_nothing(llama):
+    # A new batch size makes a new StaticCache, and Transformers compiles its
+    # decode step with dynamic=False on "tpu" (one graph per batch size).
+    # torch_tpu.hf turns that into Dynamo's automatic dynamic shapes: the
+    # second batch size traces the step once more with the batch symbolic,
+    # one bounded module per bucket (the cache, updated in place, keeps its
+    # padded layout); batches 3, 6 and 7 then reuse the 8-bucket: no graph,
+    # no executable, eager prefill included.
+    from torch_tpu import compile as tpu_compile
+
+    cpu, dev = llama
+    for b in (4, 5, 3, 6, 7):
+        ids = prompt(b, 17, seed=b)[0]
+        debug.reset_stats()
+        tpu_compile.reset_stats()
+        got = static_generate(dev, ids.to("tpu")).cpu()
+        s = tpu_compile.stats()
+        graphs = s["graphs"], s["bucket_modules"], s["exact_shape_modules"]
+        compiles = debug.stats()["compiles_by_op"]
+        assert torch.equal(got, static_generate(cpu, ids)), b
+        if b in (3, 6, 7):
+            assert (graphs, compiles) == ((0, 0, 0), {}), (b, graphs, compiles, tpu_compile.symbolic_fallbacks())
+
+
 def test_static_cache_length_is_exact_with_exact_shapes(llama):
     # TORCH_TPU_DYNAMIC_SHAPES=0 keeps Transformers' own length, and a CPU
     # model is never touched.
