@@ -231,8 +231,18 @@ std::vector<Value> ConvolutionBackward(Context& c, const std::vector<Arg>& a) {
 }
 
 const bool registered = [] {
-  Register("convolution", Convolution);
-  Register("convolution_backward", ConvolutionBackward);
+  Register("convolution", Convolution).Dynamic([](const std::vector<Arg>&, StaticDims& s) {
+    s.From(0, 1);  // (input, weight, bias?, ...)
+    s.All(1);
+    s.All(2);
+    s.Because("a convolution's spatial and channel dims are static");
+  });
+  Register("convolution_backward", ConvolutionBackward).Dynamic([](const std::vector<Arg>&, StaticDims& s) {
+    s.From(0, 1);  // (grad_output, input, weight, ...)
+    s.From(1, 1);
+    s.All(2);
+    s.Because("a convolution's spatial and channel dims are static");
+  });
   return true;
 }();
 

@@ -46,8 +46,21 @@ TEST(DynamicShapes, ElementwiseAndProductsAreDynamicWithNoStaticDims) {
   EXPECT_EQ(Find("mm")->dynamic.rows_args, std::vector<size_t>{0});
   EXPECT_EQ(Find("addmm")->dynamic.rows_args, std::vector<size_t>{1});
   EXPECT_TRUE(Find("pow.Tensor_Scalar")->dynamic.integers_exact);
-  EXPECT_FALSE(Find("convolution")->dynamic.enabled);
   EXPECT_FALSE(Find("native_batch_norm")->dynamic.enabled);
+  EXPECT_FALSE(Find("native_group_norm")->dynamic.enabled);
+}
+
+TEST(DynamicShapes, ConvolutionsAndPoolingsAreDynamicInTheirBatchOnly) {
+  // convolution(input [b, 3, 16, 16], weight [8, 3, 3, 3], bias [8], ...)
+  auto [conv, exact] = StaticOf("convolution", {TensorOf({2, 3, 16, 16}), TensorOf({8, 3, 3, 3}), TensorOf({8})});
+  EXPECT_EQ(exact, nullptr);
+  std::set<std::pair<size_t, size_t>> want{{0, 1}, {0, 2}, {0, 3}, {1, 0}, {1, 1}, {1, 2}, {1, 3}, {2, 0}};
+  EXPECT_EQ(conv, want);
+  // max_pool2d_with_indices(self [b, c, h, w]) and an unbatched [c, h, w] one.
+  EXPECT_EQ(StaticOf("max_pool2d_with_indices", {TensorOf({2, 8, 6, 6})}).first,
+            (std::set<std::pair<size_t, size_t>>{{0, 1}, {0, 2}, {0, 3}}));
+  EXPECT_EQ(StaticOf("avg_pool2d", {TensorOf({8, 6, 6})}).first,
+            (std::set<std::pair<size_t, size_t>>{{0, 0}, {0, 1}, {0, 2}}));
 }
 
 TEST(DynamicShapes, OnlyElementwiseRulesRunUnmasked) {

@@ -717,19 +717,27 @@ Rule AvgPoolBackwardRule(int64_t n) {
   };
 }
 
+// Bounded dynamic shapes: a pooling windows its spatial dims and keeps its
+// leading (batch) dims apart, so those may be dynamic (a ragged last batch);
+// the channel and spatial dims of tensor args `args` stay static.
+StaticDimsRule BatchOnly(std::vector<size_t> args, int64_t n) {
+  return [args, n](const std::vector<Arg>&, StaticDims& s) {
+    for (size_t a : args) s.Last(a, static_cast<size_t>(n) + 1);
+    s.Because("a pooling's channel and spatial dims are static");
+  };
+}
+
 const bool registered = [] {
-  Register("max_pool2d_with_indices", MaxPoolRule(2));
-  Register("max_pool3d_with_indices", MaxPoolRule(3));
-  Register("max_pool2d_with_indices_backward", MaxPoolBackwardRule(2));
-  Register("max_pool3d_with_indices_backward", MaxPoolBackwardRule(3));
-  Register("avg_pool2d", AvgPoolRule(2));
-  Register("avg_pool3d", AvgPoolRule(3));
-  Register("avg_pool2d_backward", AvgPoolBackwardRule(2));
-  Register("avg_pool3d_backward", AvgPoolBackwardRule(3));
-  Register("_adaptive_avg_pool2d", AdaptiveAvgRule(2, false));
-  Register("_adaptive_avg_pool3d", AdaptiveAvgRule(3, false));
-  Register("_adaptive_avg_pool2d_backward", AdaptiveAvgRule(2, true));
-  Register("_adaptive_avg_pool3d_backward", AdaptiveAvgRule(3, true));
+  for (int64_t n : {2, 3}) {
+    std::string d = std::to_string(n) + "d";
+    // (self, ...); backward: (grad_output, self, ..., indices)
+    Register("max_pool" + d + "_with_indices", MaxPoolRule(n)).Dynamic(BatchOnly({0}, n));
+    Register("max_pool" + d + "_with_indices_backward", MaxPoolBackwardRule(n)).Dynamic(BatchOnly({0, 1, 7}, n));
+    Register("avg_pool" + d, AvgPoolRule(n)).Dynamic(BatchOnly({0}, n));
+    Register("avg_pool" + d + "_backward", AvgPoolBackwardRule(n)).Dynamic(BatchOnly({0, 1}, n));
+    Register("_adaptive_avg_pool" + d, AdaptiveAvgRule(n, false)).Dynamic(BatchOnly({0}, n));
+    Register("_adaptive_avg_pool" + d + "_backward", AdaptiveAvgRule(n, true)).Dynamic(BatchOnly({0, 1}, n));
+  }
   Register("adaptive_max_pool2d", AdaptiveMaxRule(2), {"adaptive_max_pool2d.out"});
   Register("adaptive_max_pool3d", AdaptiveMaxRule(3), {"adaptive_max_pool3d.out"});
   Register("fractional_max_pool2d", FractionalMaxPool2d, {"fractional_max_pool2d.output"});

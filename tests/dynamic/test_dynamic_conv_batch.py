@@ -1,0 +1,84 @@
+"""Convolutions and poolings run bounded-dynamic in their batch dim
+(TORCH_TPU_DYNAMIC_SHAPES=auto): a CNN's ragged last batch (a DataLoader
+without drop_last) compiles nothing inside a warm batch bucket. Their channel
+and spatial dims stay static (XLA's padder refuses a dynamic spatial
+convolution), and debug.stats() says so for a new resolution. Every loss
+and weight is compared with PyTorch on the CPU; compiles are read from
+debug.stats()."""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from torch_tpu import debug
+
+pytestmark = pytest.mark.usefixtures("auto_dynamic_shapes")  # conftest.py
+
+
+class Cnn(nn.Module):
+    """Strided, dilated, grouped and transposed 2-d convolutions, a 1-d one,
+    max / avg / adaptive pooling, and a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 8, 3, stride=2, padding=2, dilation=2, groups=2)
+        self.up = nn.ConvTranspose2d(8, 4, 2, stride=2)
+        self.c3 = nn.Conv1d(4, 6, 3, padding=1)
+        self.head = nn.Linear(6, 5)
+
+    def forward(self, x):
+        h = F.max_pool2d(F.relu(self.c1(x)), 2)          # [b, 8, 8, 8]
+        h = F.avg_pool2d(F.silu(self.c2(h)), 2, ceil_mode=True)  # [b, 8, 2, 2]
+        h = self.up(h)                                    # [b, 4, 4, 4]
+        h = self.c3(h.flatten(2))                         # [b, 6, 16]
+        h = F.adaptive_avg_pool2d(h.unsqueeze(-1), (1, 1)).flatten(1)
+        return self.head(h)
+
+
+def _pair():
+    torch.manual_seed(0)
+    cpu = Cnn()
+    dev = Cnn()
+    dev.load_state_dict(cpu.state_dict())
+    return cpu, dev.to("tpu")
+
+
+def _step(model, opt, x, y):
+    opt.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss.detach()
+
+
+def test_ragged_batches_train_equal_to_cpu_and_compile_nothing():
+    cpu, dev = _pair()
+    opts = torch.optim.SGD(cpu.parameters(), lr=0.1), torch.optim.SGD(dev.parameters(), lr=0.1)
+    # Batch 8, then 6: the second size makes the batch dim dynamic (bucket 8).
+    for i, b in enumerate((8, 6, 5, 7, 3)):
+        g = torch.Generator().manual_seed(i)
+        x, y = torch.randn(b, 3, 16, 16, generator=g), torch.randint(0, 5, (b,), generator=g)
+        debug.reset_stats()
+        got = _step(dev, opts[1], x.to("tpu"), y.to("tpu"))
+        s = debug.stats()
+        want = _step(cpu, opts[0], x, y)
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
+        for p, q in zip(dev.parameters(), cpu.parameters()):
+            torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
+        if i >= 2:
+            assert s["compiles"] == 0, (b, s["compiles_by_op"], s["exact_reasons"])
+
+
+def test_a_new_resolution_runs_exact_and_says_why():
+    torch.manual_seed(1)
+    conv = nn.Conv2d(3, 4, 3, padding=1)
+    dev = nn.Conv2d(3, 4, 3, padding=1).to("tpu")
+    dev.load_state_dict(conv.state_dict())
+    with torch.no_grad():
+        for side in (8, 10, 12):
+            x = torch.randn(2, 3, side, side)
+            debug.reset_stats()
+            torch.testing.assert_close(dev(x.to("tpu")).cpu(), conv(x), rtol=1e-5, atol=1e-6)
+    reasons = debug.stats()["exact_reasons"].get("convolution", {})
+    assert "a convolution's spatial and channel dims are static" in reasons, debug.stats()["exact_reasons"]
