@@ -93,7 +93,7 @@ ArgPlan ListArg(Plan& p, c10::TypeKind elem, const c10::IValue& v) {
   return a;
 }
 
-ArgPlan DecodeArg(Plan& p, const c10::Argument& arg, const c10::IValue& v, bool runtime_float,
+ArgPlan DecodeArg(Plan& p, const c10::Argument& arg, const c10::IValue& v, bool runtime_float, bool size_int,
                   TensorSource& tensors, const std::string& op) {
   ArgPlan a;
   if (IsNone(v)) {
@@ -110,7 +110,7 @@ ArgPlan DecodeArg(Plan& p, const c10::Argument& arg, const c10::IValue& v, bool 
     case c10::TypeKind::SymIntType:
       a.kind = Arg::Kind::Int;
       a.literal.i = IntOf(v);
-      p.key += "I" + std::to_string(a.literal.i);
+      p.key += size_int ? "I~" : "I" + std::to_string(a.literal.i);
       return a;
     case c10::TypeKind::FloatType:
       return DoubleArg(p, v.toDouble(), runtime_float);
@@ -195,6 +195,20 @@ ArgPlan DecodeScalar(Plan& p, const c10::Scalar& s) {
   return a;
 }
 
+namespace {
+// Whether schema arg i is one of the rule's size ints with the value its
+// tensor's sizes give (lowering::SizeInt): keyed without its value.
+bool IsSizeInt(const Plan& plan, const lowering::RuleEntry& rule, size_t i, const c10::IValue& v) {
+  for (const lowering::SizeInt& s : rule.dynamic.size_ints) {
+    if (s.arg != i || s.tensor_arg >= plan.args.size() || !(v.isInt() || v.isSymInt())) continue;
+    const ArgPlan& t = plan.args[s.tensor_arg];
+    if (t.kind == Arg::Kind::Tensor && !t.tensors.empty() && t.tensors[0] >= 0 && t.param < 0)
+      return s.Of(plan.inputs[t.tensors[0]].geometry.sizes) == IntOf(v);
+  }
+  return false;
+}
+}  // namespace
+
 void DecodeArgs(Plan& plan, const lowering::RuleEntry& rule, const std::vector<c10::Argument>& schema,
                 const std::vector<c10::IValue>& args, TensorSource& tensors, const std::string& op) {
   for (size_t i = 0; i < args.size(); ++i) {
@@ -203,7 +217,7 @@ void DecodeArgs(Plan& plan, const lowering::RuleEntry& rule, const std::vector<c
       continue;
     }
     plan.args.push_back(DecodeArg(plan, schema[i], args[i], rule.IsRuntimeFloat(schema[i].name()),
-                                  tensors, op));
+                                  IsSizeInt(plan, rule, i, args[i]), tensors, op));
   }
 }
 

@@ -816,6 +816,23 @@ std::string DynamicKey(const std::string& sig, const Plan& plan, const DynamicLa
   return key;
 }
 
+// The rule's size ints (lowering::SizeInt) the call keyed without their
+// value, at the inputs' `sizes`: schema arg -> value.
+std::map<size_t, int64_t> SizeIntsAt(const Call& call, const std::vector<std::vector<int64_t>>& sizes) {
+  std::map<size_t, int64_t> at;
+  const Plan& plan = call.plan;
+  for (const lowering::SizeInt& s : call.desc->rule->dynamic.size_ints) {
+    if (s.arg >= plan.args.size() || s.tensor_arg >= plan.args.size()) continue;
+    const ArgPlan& t = plan.args[s.tensor_arg];
+    if (plan.args[s.arg].kind != Arg::Kind::Int || t.kind != Arg::Kind::Tensor || t.tensors.empty() ||
+        t.tensors[0] < 0 || t.param >= 0)
+      continue;
+    if (s.Of(plan.inputs[t.tensors[0]].geometry.sizes) == plan.args[s.arg].literal.i)
+      at[s.arg] = s.Of(sizes.at(t.tensors[0]));
+  }
+  return at;
+}
+
 // Output specs with the inputs at `sizes` (meta kernel); the undefined
 // outputs left out, as in call.specs.
 std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle& op,
@@ -823,6 +840,7 @@ std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle&
                                     const std::vector<std::vector<int64_t>>& sizes) {
   // Plan input `input`'s tensor `t` as a meta tensor at its bucket's sizes.
   auto meta = [&](const at::Tensor& t, int input) { return at::empty(sizes.at(input), t.options().device(at::kMeta)); };
+  const std::map<size_t, int64_t> size_ints = SizeIntsAt(call, sizes);
   torch::jit::Stack stack;
   for (size_t i = 0; i < args.size(); ++i) {
     const c10::IValue& v = args[i];
@@ -843,6 +861,8 @@ std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle&
       stack.push_back(metas);
     } else if (v.isDevice()) {
       stack.push_back(c10::Device(at::kMeta));
+    } else if (size_ints.count(i)) {
+      stack.push_back(size_ints.at(i));
     } else {
       stack.push_back(v);
     }
@@ -977,6 +997,7 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
   std::vector<Value> reads = ReadInputs(b, plan, lay, params, sizes, outer_real, masked);
   Call bucket_call = call;
   bucket_call.specs = bucket_specs;
+  for (const auto& [arg, value] : SizeIntsAt(call, lay.in_bucket)) bucket_call.plan.args[arg].literal.i = value;
   for (auto& in : bucket_call.plan.inputs) in.buffer_geometry.reset();  // storages may be re-laid out
   // In-place destinations take the result as their new buffer: fresh values.
   for (auto& d : bucket_call.plan.dests) {

@@ -112,6 +112,13 @@ void StaticDims::From(size_t arg, size_t first) {
   for (size_t d = first; d < Rank(arg); ++d) Dim(arg, d);
 }
 
+int64_t SizeInt::Of(const std::vector<int64_t>& sizes) const {
+  const size_t end = last < 0 ? sizes.size() : std::min(sizes.size(), static_cast<size_t>(last));
+  int64_t n = 1;
+  for (size_t d = first; d < end; ++d) n *= sizes[d];
+  return n;
+}
+
 void StaticDims::Last(size_t arg, size_t n) {
   size_t rank = Rank(arg);
   From(arg, rank > n ? rank - n : 0);

@@ -47,7 +47,22 @@ TEST(DynamicShapes, ElementwiseAndProductsAreDynamicWithNoStaticDims) {
   EXPECT_EQ(Find("addmm")->dynamic.rows_args, std::vector<size_t>{1});
   EXPECT_TRUE(Find("pow.Tensor_Scalar")->dynamic.integers_exact);
   EXPECT_FALSE(Find("native_batch_norm")->dynamic.enabled);
-  EXPECT_FALSE(Find("native_group_norm")->dynamic.enabled);
+}
+
+TEST(DynamicShapes, GroupNormReadsItsSizeIntsOffItsInput) {
+  // native_group_norm(input, weight, bias, N, C, HxW, group, eps): N, C and
+  // HxW are the input's dims 0, 1 and 2.. (keyed without their values).
+  const RuleEntry* gn = Find("native_group_norm");
+  ASSERT_TRUE(gn && gn->dynamic.enabled);
+  ASSERT_EQ(gn->dynamic.size_ints.size(), 3u);
+  const std::vector<int64_t> x{6, 8, 5, 4};
+  EXPECT_EQ(gn->dynamic.size_ints[0].arg, 3u);
+  EXPECT_EQ(gn->dynamic.size_ints[0].Of(x), 6);
+  EXPECT_EQ(gn->dynamic.size_ints[1].Of(x), 8);
+  EXPECT_EQ(gn->dynamic.size_ints[2].Of(x), 20);
+  EXPECT_EQ(Find("native_group_norm_backward")->dynamic.size_ints[2].arg, 7u);
+  auto [dims, exact] = StaticOf("native_group_norm", {TensorOf({6, 8, 5, 4}), TensorOf({8}), TensorOf({8})});
+  EXPECT_EQ(dims, (std::set<std::pair<size_t, size_t>>{{0, 1}, {0, 2}, {0, 3}, {1, 0}, {2, 0}}));
 }
 
 TEST(DynamicShapes, ConvolutionsAndPoolingsAreDynamicInTheirBatchOnly) {

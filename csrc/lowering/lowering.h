@@ -126,6 +126,18 @@ class StaticDims {
 };
 using StaticDimsRule = std::function<void(const std::vector<Arg>&, StaticDims&)>;
 
+// An int arg that is the product of dims [first, last) of tensor arg
+// `tensor_arg` (last < 0: to its rank): group norm's N, C and HxW. When a
+// call's value is that product, the cache key holds no value for it (the
+// tensor's sizes already say it), so a new batch size keeps the op's dynamic
+// signature, and a bounded-dynamic module gets it at the bucket's sizes.
+struct SizeInt {
+  size_t arg = 0, tensor_arg = 0;
+  size_t first = 0;
+  int64_t last = -1;
+  int64_t Of(const std::vector<int64_t>& sizes) const;  // the product for these sizes
+};
+
 // Whether a rule may run bounded-dynamic: it stays correct when dims of its
 // inputs are bounded-dynamic (XLA's dynamic padder masks its reductions and
 // contractions), in its functional form and in its in-place forms on whole
@@ -164,6 +176,7 @@ struct DynamicShapes {
   // buckets' sizes as static arrays, with no runtime sizes set and no result
   // made static again (the padding's elements are computed and never read).
   bool elementwise = false;
+  std::vector<SizeInt> size_ints;
 };
 
 // One entry of the table: the rule and what the dispatcher must know about

@@ -437,8 +437,25 @@ const bool registered = [] {
         s.All(5);
         s.All(6);
       });
-  Register("native_group_norm", GroupNorm);
-  Register("native_group_norm_backward", GroupNormBackward);
+  // Bounded dynamic shapes: the batch dim (a ragged batch, a new number of
+  // images); N, C and HxW are read off the input's sizes (SizeInt), so a
+  // new batch size keeps the signature. Channels and spatial dims static.
+  RuleEntry& group_norm = Register("native_group_norm", GroupNorm)
+      .Dynamic([](const std::vector<Arg>&, StaticDims& s) {  // (input, weight?, bias?, N, C, HxW, group, eps)
+        s.From(0, 1);
+        s.All(1);
+        s.All(2);
+        s.Because("a group norm's channel and spatial dims are static");
+      });
+  group_norm.dynamic.size_ints = {{3, 0, 0, 1}, {4, 0, 1, 2}, {5, 0, 2, -1}};
+  // (grad_out, input, mean [N, group], rstd, weight?, N, C, HxW, group, output_mask)
+  RuleEntry& group_norm_backward = Register("native_group_norm_backward", GroupNormBackward)
+      .Dynamic([](const std::vector<Arg>&, StaticDims& s) {
+        for (size_t arg : {0, 1, 2, 3}) s.From(arg, 1);
+        s.All(4);
+        s.Because("a group norm's channel and spatial dims are static");
+      });
+  group_norm_backward.dynamic.size_ints = {{5, 1, 0, 1}, {6, 1, 1, 2}, {7, 1, 2, -1}};
 
   // native_batch_norm(input, weight?, bias?, running_mean?, running_var?,
   //   training, momentum, eps). The CPU kernel updates the running stats in

@@ -1,4 +1,4 @@
-"""Convolutions and poolings run bounded-dynamic in their batch dim
+"""Convolutions, poolings and group norm run bounded-dynamic in their batch dim
 (TORCH_TPU_DYNAMIC_SHAPES=auto): a CNN's ragged last batch (a DataLoader
 without drop_last) compiles nothing inside a warm batch bucket. Their channel
 and spatial dims stay static (XLA's padder refuses a dynamic spatial
@@ -17,19 +17,20 @@ pytestmark = pytest.mark.usefixtures("auto_dynamic_shapes")  # conftest.py
 
 class Cnn(nn.Module):
     """Strided, dilated, grouped and transposed 2-d convolutions, a 1-d one,
-    max / avg / adaptive pooling, and a linear head."""
+    group norm, max / avg / adaptive pooling, and a linear head."""
 
     def __init__(self):
         super().__init__()
         self.c1 = nn.Conv2d(3, 8, 3, padding=1)
         self.c2 = nn.Conv2d(8, 8, 3, stride=2, padding=2, dilation=2, groups=2)
+        self.norm = nn.GroupNorm(4, 8)
         self.up = nn.ConvTranspose2d(8, 4, 2, stride=2)
         self.c3 = nn.Conv1d(4, 6, 3, padding=1)
         self.head = nn.Linear(6, 5)
 
     def forward(self, x):
         h = F.max_pool2d(F.relu(self.c1(x)), 2)          # [b, 8, 8, 8]
-        h = F.avg_pool2d(F.silu(self.c2(h)), 2, ceil_mode=True)  # [b, 8, 2, 2]
+        h = F.avg_pool2d(F.silu(self.norm(self.c2(h))), 2, ceil_mode=True)  # [b, 8, 2, 2]
         h = self.up(h)                                    # [b, 4, 4, 4]
         h = self.c3(h.flatten(2))                         # [b, 6, 16]
         h = F.adaptive_avg_pool2d(h.unsqueeze(-1), (1, 1)).flatten(1)
@@ -82,3 +83,17 @@ def test_a_new_resolution_runs_exact_and_says_why():
             torch.testing.assert_close(dev(x.to("tpu")).cpu(), conv(x), rtol=1e-5, atol=1e-6)
     reasons = debug.stats()["exact_reasons"].get("convolution", {})
     assert "a convolution's spatial and channel dims are static" in reasons, debug.stats()["exact_reasons"]
+
+
+def test_group_norm_with_its_own_n_and_hxw_is_keyed_by_them():
+    # native_group_norm's N and HxW need not be the input's own split: [2, 4, 3, 3]
+    # normalised as one sample of 4 channels of 18 elements is another op (and
+    # another executable) than two samples of 9, here and on the CPU.
+    torch.manual_seed(2)
+    x, w, b = torch.randn(2, 4, 3, 3), torch.randn(4), torch.randn(4)
+    for n, hxw in ((2, 9), (1, 18), (2, 9)):
+        want = torch.ops.aten.native_group_norm(x, w, b, n, 4, hxw, 2, 1e-5)
+        got = torch.ops.aten.native_group_norm(x.to("tpu"), w.to("tpu"), b.to("tpu"), n, 4, hxw, 2, 1e-5)
+        for g, c in zip(got, want):
+            assert g.shape == c.shape
+            torch.testing.assert_close(g.cpu(), c, rtol=1e-5, atol=1e-6)
