@@ -153,6 +153,10 @@ runtime::LaunchParam LaunchValue(const Plan& plan, const Param& q);
 // (an out= tensor was resized): plan again.
 bool ComputeOutputs(Call& call, const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
                     const std::vector<OutputSpec>* cached);
+// The outputs the rule's output_types give for the plan's input sizes (for
+// a rule that has them: PyTorch's meta kernel disagrees with it, e.g. batch
+// norm's saved statistics in eval mode).
+std::vector<OutputSpec> RuleOutputSpecs(const Call& call);
 // Rule arguments with types and no values (Tensor args: Value with id -1).
 std::vector<lowering::Arg> AbstractArgs(const Plan& plan);
 

@@ -80,16 +80,9 @@ std::vector<OutputSpec> MetaOutputs(const c10::OperatorHandle& op,
   return outs;
 }
 
-std::vector<OutputSpec> FromRule(const Call& call) {
-  std::vector<OutputSpec> out;
-  for (const hlo::TensorType& t : call.desc->rule->output_types(AbstractArgs(call.plan)))
-    out.push_back({t.shape, lowering::ContiguousStrides(t.shape), ToScalarType(t.dtype)});
-  return out;
-}
-
 std::vector<OutputSpec> Fresh(const Call& call, const c10::OperatorHandle& op,
                               const std::vector<c10::IValue>& args) {
-  if (call.desc->rule->output_types) return FromRule(call);
+  if (call.desc->rule->output_types) return RuleOutputSpecs(call);
   return MetaOutputs(op, args);
 }
 
@@ -115,6 +108,13 @@ std::vector<OutputSpec> InPlaceFresh(const Call& call, const c10::OperatorHandle
 }
 
 }  // namespace
+
+std::vector<OutputSpec> RuleOutputSpecs(const Call& call) {
+  std::vector<OutputSpec> out;
+  for (const hlo::TensorType& t : call.desc->rule->output_types(AbstractArgs(call.plan)))
+    out.push_back({t.shape, lowering::ContiguousStrides(t.shape), ToScalarType(t.dtype)});
+  return out;
+}
 
 bool ComputeOutputs(Call& call, const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
                     const std::vector<OutputSpec>* cached) {

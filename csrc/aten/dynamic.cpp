@@ -294,14 +294,16 @@ bool Refuse(const char* reason) {
 
 // An in-place call runs dynamic when each destination is a storage of its
 // own: a whole one takes the result as its new (padded) buffer, a window of
-// one has the result written into its padded layout (PartialWrites).
+// one has the result written into its padded layout (PartialWrites). Fresh
+// outputs beside them (batch norm's, beside its running statistics) are
+// fresh tensors.
 bool OwnDestinations(const Call& call) {
   const auto& dests = call.plan.dests;
   if (dests.size() != call.specs.size()) return false;
   for (size_t i = 0; i < dests.size(); ++i) {
-    if (!dests[i].tensor.defined()) return false;
+    if (!dests[i].tensor.defined()) continue;
     for (size_t j = 0; j < i; ++j)
-      if (dests[j].storage == dests[i].storage) return false;
+      if (dests[j].tensor.defined() && dests[j].storage == dests[i].storage) return false;
   }
   return true;
 }
@@ -833,14 +835,21 @@ std::map<size_t, int64_t> SizeIntsAt(const Call& call, const std::vector<std::ve
   return at;
 }
 
-// Output specs with the inputs at `sizes` (meta kernel); the undefined
-// outputs left out, as in call.specs.
+// Output specs with the inputs at `sizes` (the rule's output_types when it
+// has them, else PyTorch's meta kernel: as the call's specs came); the
+// undefined outputs left out, as in call.specs.
 std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle& op,
                                     const std::vector<c10::IValue>& args,
                                     const std::vector<std::vector<int64_t>>& sizes) {
   // Plan input `input`'s tensor `t` as a meta tensor at its bucket's sizes.
-  auto meta = [&](const at::Tensor& t, int input) { return at::empty(sizes.at(input), t.options().device(at::kMeta)); };
   const std::map<size_t, int64_t> size_ints = SizeIntsAt(call, sizes);
+  if (call.desc->rule->output_types) {  // as the call's own specs came
+    Call at_sizes = call;
+    for (size_t i = 0; i < sizes.size(); ++i) at_sizes.plan.inputs[i].geometry.sizes = sizes[i];
+    for (const auto& [arg, value] : size_ints) at_sizes.plan.args[arg].literal.i = value;
+    return RuleOutputSpecs(at_sizes);
+  }
+  auto meta = [&](const at::Tensor& t, int input) { return at::empty(sizes.at(input), t.options().device(at::kMeta)); };
   torch::jit::Stack stack;
   for (size_t i = 0; i < args.size(); ++i) {
     const c10::IValue& v = args[i];
@@ -1058,6 +1067,13 @@ DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const 
       if (lay.in_dynamic[i][d]) --smaller[i][d];
   std::vector<OutputSpec> bucket_specs = MetaSpecsAt(call, op, args, lay.in_bucket);
   std::vector<OutputSpec> smaller_specs = MetaSpecsAt(call, op, args, smaller);
+  // The tensors the op writes beside its results (RuleEntry::extra_mutated_args:
+  // batch norm's running statistics) keep their sizes.
+  if (bucket_specs.size() + call.desc->rule->extra_mutated_args.size() == call.specs.size())
+    for (size_t k = bucket_specs.size(); k < call.specs.size(); ++k) {
+      bucket_specs.push_back(call.specs[k]);
+      smaller_specs.push_back(call.specs[k]);
+    }
   if (bucket_specs.size() != call.specs.size()) return nullptr;
   DynamicCompiled dc;
   for (size_t k = 0; k < bucket_specs.size(); ++k) {

@@ -46,7 +46,17 @@ TEST(DynamicShapes, ElementwiseAndProductsAreDynamicWithNoStaticDims) {
   EXPECT_EQ(Find("mm")->dynamic.rows_args, std::vector<size_t>{0});
   EXPECT_EQ(Find("addmm")->dynamic.rows_args, std::vector<size_t>{1});
   EXPECT_TRUE(Find("pow.Tensor_Scalar")->dynamic.integers_exact);
-  EXPECT_FALSE(Find("native_batch_norm")->dynamic.enabled);
+  EXPECT_FALSE(Find("upsample_nearest2d")->dynamic.enabled);
+}
+
+TEST(DynamicShapes, BatchNormKeepsItsChannelsStatic) {
+  // native_batch_norm(input [b, c, h, w], weight, bias, running_mean, running_var, ...)
+  auto [dims, exact] = StaticOf("native_batch_norm", {TensorOf({6, 8, 5, 4}), TensorOf({8}), TensorOf({8}),
+                                                      TensorOf({8}), TensorOf({8})});
+  EXPECT_EQ(exact, nullptr);
+  EXPECT_EQ(dims, (std::set<std::pair<size_t, size_t>>{{0, 1}, {1, 0}, {2, 0}, {3, 0}, {4, 0}}));
+  EXPECT_EQ(StaticOf("native_batch_norm_backward", {TensorOf({6, 8}), TensorOf({6, 8})}).first,
+            (std::set<std::pair<size_t, size_t>>{{0, 1}, {1, 1}}));
 }
 
 TEST(DynamicShapes, GroupNormReadsItsSizeIntsOffItsInput) {

@@ -43,6 +43,27 @@ Value DivN(Builder& b, Value x, int64_t n) {
   return b.Binary("divide", x, b.Splat(x.dtype(), static_cast<double>(n), x.shape()));
 }
 
+// The number of elements per channel of a batch norm's input x (all dims
+// but 1), as a [ch] splat of type t: counted at run time when x has
+// bounded-dynamic dims (a ragged batch), so the padding is never counted.
+Value PerChannelCount(Builder& b, const Value& x, ElementType t) {
+  const int64_t ch = x.shape()[1];
+  int64_t fixed = 1;
+  Value n;
+  for (int64_t d = 0; d < x.rank(); ++d) {
+    if (d == 1) continue;
+    if (d >= static_cast<int64_t>(x.type.dynamic.size()) || !x.type.dynamic[d]) {
+      fixed *= x.shape()[d];
+      continue;
+    }
+    Value size = b.GetDimensionSize(x, d);
+    n = n.valid() ? b.Binary("multiply", n, size) : size;
+  }
+  if (!n.valid()) return b.Splat(t, static_cast<double>(fixed), {ch});
+  n = b.Convert(b.Binary("multiply", n, b.ConstantInt(ElementType::I32, fixed)), t);
+  return b.BroadcastInDim(n, {ch}, {});
+}
+
 Value Mul(Builder& b, Value x, Value y) { return b.Binary("multiply", x, y); }
 Value Add(Builder& b, Value x, Value y) { return b.Binary("add", x, y); }
 Value Sub(Builder& b, Value x, Value y) { return b.Binary("subtract", x, y); }
@@ -238,17 +259,16 @@ std::vector<Value> BatchNormForward(Context& c, const BatchNormArgs& p) {
   ElementType ct = NormComputeType({p.input, p.weight, p.bias});
   const std::vector<int64_t>& shape = x.shape();
   int64_t ch = shape[1];
-  int64_t n = ch == 0 ? 0 : Prod(shape) / ch;
   std::vector<int64_t> reduce;
   for (int64_t i = 0; i < x.rank(); ++i)
     if (i != 1) reduce.push_back(i);
   Value xf = b.Convert(x, ct);
   bool has_stats = IsTensor(*p.running_mean) && IsTensor(*p.running_var);
-  Value mean, invstd, var;
+  Value mean, invstd, var, n = PerChannelCount(b, x, ct);
   if (p.training) {
-    mean = DivN(b, Sum(b, xf, reduce), n);
+    mean = b.Binary("divide", Sum(b, xf, reduce), n);
     Value xc = Sub(b, xf, b.BroadcastInDim(mean, shape, {1}));
-    var = DivN(b, Sum(b, Mul(b, xc, xc), reduce), n);
+    var = b.Binary("divide", Sum(b, Mul(b, xc, xc), reduce), n);
     invstd = InvStd(b, var, p.eps, true);
   } else {
     if (!has_stats) throw Unsupported("batch norm in eval mode without running statistics");
@@ -271,8 +291,9 @@ std::vector<Value> BatchNormForward(Context& c, const BatchNormArgs& p) {
     Value rm = p.running_mean->tensor, rv = p.running_var->tensor;
     ElementType st = rm.dtype() == ElementType::F64 ? ElementType::F64 : ct;
     Value mom = b.Splat(st, p.momentum, {ch}), keep = b.Splat(st, 1.0 - p.momentum, {ch});
-    Value unbiased = Mul(b, b.Convert(var, st),
-                         b.Splat(st, static_cast<double>(n) / static_cast<double>(n - 1), {ch}));
+    Value count = b.Convert(n, st);  // var * n / (n - 1)
+    Value unbiased = b.Binary("divide", Mul(b, b.Convert(var, st), count),
+                              Sub(b, count, b.Splat(st, 1, {ch})));
     Value new_rm = Add(b, Mul(b, mom, b.Convert(mean, st)), Mul(b, keep, b.Convert(rm, st)));
     Value new_rv = Add(b, Mul(b, mom, unbiased), Mul(b, keep, b.Convert(rv, st)));
     r.push_back(b.Convert(new_rm, rm.dtype()));
@@ -296,7 +317,7 @@ std::vector<Value> BatchNormBackward(Context& c, const std::vector<Arg>& a) {
   ElementType ct = NormComputeType({&a[0], &a[1], &a[2]});
   const std::vector<int64_t>& shape = x.shape();
   int64_t ch = shape[1];
-  int64_t n = ch == 0 ? 0 : Prod(shape) / ch;
+  Value n = PerChannelCount(b, x, ct);
   std::vector<int64_t> reduce;
   for (int64_t i = 0; i < x.rank(); ++i)
     if (i != 1) reduce.push_back(i);
@@ -320,8 +341,8 @@ std::vector<Value> BatchNormBackward(Context& c, const std::vector<Arg>& a) {
   Value w = has_weight ? b.Convert(a[2].tensor, ct) : b.Splat(ct, 1, {ch});
   Value dx;
   if (train) {
-    Value k = DivN(b, Mul(b, dotp, Mul(b, invstd, invstd)), n);
-    Value mean_dy = DivN(b, sum, n);
+    Value k = b.Binary("divide", Mul(b, dotp, Mul(b, invstd, invstd)), n);
+    Value mean_dy = b.Binary("divide", sum, n);
     dx = Sub(b, Sub(b, dy, Mul(b, xc, b.BroadcastInDim(k, shape, {1}))),
              b.BroadcastInDim(mean_dy, shape, {1}));
     dx = Mul(b, dx, b.BroadcastInDim(Mul(b, invstd, w), shape, {1}));
@@ -420,6 +441,19 @@ std::vector<TensorType> LayerNormTypes(const std::vector<Arg>& a) {
   return {x, stat, stat};
 }
 
+// Bounded dynamic shapes: a batch norm counts its elements per channel at
+// run time (PerChannelCount), so its batch and spatial dims may be dynamic
+// in `batched` args' dims 0 and 2..; their channel dim, and the per-channel
+// `channels` args, stay static.
+StaticDimsRule BatchNormBatchOnly(std::vector<size_t> batched, std::vector<size_t> channels) {
+  return [batched, channels](const std::vector<Arg>&, StaticDims& s) {
+    for (size_t arg : batched)
+      if (s.Rank(arg) > 1) s.Dim(arg, 1);
+    for (size_t arg : channels) s.All(arg);
+    s.Because("a batch norm's channel dim is static");
+  };
+}
+
 const bool registered = [] {
   // Bounded dynamic shapes: the normalized dims stay static (it divides by
   // their element count), in the input, the gradient, the weight and the bias.
@@ -465,6 +499,7 @@ const bool registered = [] {
     return BatchNormForward(c, {&a[0], &a[1], &a[2], &a[3], &a[4], a.at(5).i != 0, a.at(6).d, a.at(7).d});
   });
   native_bn.extra_mutated_args = {3, 4};
+  native_bn.Dynamic(BatchNormBatchOnly({0}, {1, 2, 3, 4}));
   native_bn.output_types = [](const std::vector<Arg>& a) { return BatchNormTypes(a, a.at(5).i != 0, false); };
   // _native_batch_norm_legit(input, weight?, bias?, running_mean(a!),
   //   running_var(b!), training, momentum, eps) -> (out, save_mean,
@@ -505,7 +540,8 @@ const bool registered = [] {
   //   running_var, momentum, eps)
   Register("_native_batch_norm_legit_no_training", [](Context& c, const std::vector<Arg>& a) {
     return BatchNormForward(c, {&a[0], &a[1], &a[2], &a[3], &a[4], false, a.at(5).d, a.at(6).d});
-  }).output_types = [](const std::vector<Arg>& a) { return BatchNormTypes(a, false, false); };
+  }).Dynamic(BatchNormBatchOnly({0}, {1, 2, 3, 4}))
+    .output_types = [](const std::vector<Arg>& a) { return BatchNormTypes(a, false, false); };
   // _batch_norm_no_update(input, weight?, bias?, running_mean?, running_var?,
   //   momentum, eps) -> (out, save_mean, save_invstd, reserve)
   Register("_batch_norm_no_update", [](Context& c, const std::vector<Arg>& a) {
@@ -517,7 +553,8 @@ const bool registered = [] {
     r.push_back(c.b.Splat(reserve.dtype, 0, reserve.shape));
     return r;
   }).output_types = [](const std::vector<Arg>& a) { return BatchNormTypes(a, false, true); };
-  Register("native_batch_norm_backward", BatchNormBackward);
+  // (grad_out, input, weight?, running_mean?, running_var?, save_mean?, save_invstd?, ...)
+  Register("native_batch_norm_backward", BatchNormBackward).Dynamic(BatchNormBatchOnly({0, 1}, {2, 3, 4, 5, 6}));
   // batch_norm_backward(grad_out, input, weight, running_mean?, running_var?,
   //   save_mean?, save_var?, update, eps, output_mask, reserve)
   Register("batch_norm_backward", [](Context& c, const std::vector<Arg>& a) {

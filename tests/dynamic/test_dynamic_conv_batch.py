@@ -1,4 +1,4 @@
-"""Convolutions, poolings and group norm run bounded-dynamic in their batch dim
+"""Convolutions, poolings, batch norm and group norm run bounded-dynamic in their batch dim
 (TORCH_TPU_DYNAMIC_SHAPES=auto): a CNN's ragged last batch (a DataLoader
 without drop_last) compiles nothing inside a warm batch bucket. Their channel
 and spatial dims stay static (XLA's padder refuses a dynamic spatial
@@ -17,11 +17,13 @@ pytestmark = pytest.mark.usefixtures("auto_dynamic_shapes")  # conftest.py
 
 class Cnn(nn.Module):
     """Strided, dilated, grouped and transposed 2-d convolutions, a 1-d one,
-    group norm, max / avg / adaptive pooling, and a linear head."""
+    batch norm (training: running statistics), group norm, max / avg /
+    adaptive pooling, and a linear head."""
 
     def __init__(self):
         super().__init__()
         self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
         self.c2 = nn.Conv2d(8, 8, 3, stride=2, padding=2, dilation=2, groups=2)
         self.norm = nn.GroupNorm(4, 8)
         self.up = nn.ConvTranspose2d(8, 4, 2, stride=2)
@@ -29,7 +31,7 @@ class Cnn(nn.Module):
         self.head = nn.Linear(6, 5)
 
     def forward(self, x):
-        h = F.max_pool2d(F.relu(self.c1(x)), 2)          # [b, 8, 8, 8]
+        h = F.max_pool2d(F.relu(self.bn(self.c1(x))), 2)  # [b, 8, 8, 8]
         h = F.avg_pool2d(F.silu(self.norm(self.c2(h))), 2, ceil_mode=True)  # [b, 8, 2, 2]
         h = self.up(h)                                    # [b, 4, 4, 4]
         h = self.c3(h.flatten(2))                         # [b, 6, 16]
@@ -65,10 +67,19 @@ def test_ragged_batches_train_equal_to_cpu_and_compile_nothing():
         s = debug.stats()
         want = _step(cpu, opts[0], x, y)
         torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
-        for p, q in zip(dev.parameters(), cpu.parameters()):
-            torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
+        for (name, p), q in zip(dev.state_dict().items(), cpu.state_dict().values()):  # running stats too
+            torch.testing.assert_close(p.cpu(), q, rtol=1e-5, atol=1e-6, msg=name)
         if i >= 2:
             assert s["compiles"] == 0, (b, s["compiles_by_op"], s["exact_reasons"])
+    # Evaluation (batch norm on its running statistics) at new batch sizes.
+    cpu.eval(), dev.eval()
+    with torch.no_grad():
+        for b in (4, 6, 7):
+            x = torch.randn(b, 3, 16, 16, generator=torch.Generator().manual_seed(b))
+            debug.reset_stats()
+            torch.testing.assert_close(dev(x.to("tpu")).cpu(), cpu(x), rtol=1e-5, atol=1e-5)
+            if b == 7:
+                assert debug.stats()["compiles"] == 0, (debug.stats()["compiles_by_op"], debug.stats()["exact_reasons"])
 
 
 def test_a_new_resolution_runs_exact_and_says_why():
