@@ -2,6 +2,8 @@
 // parameters and cache-key text, for eager calls and graph nodes alike.
 #include "aten/call_args.h"
 
+#include <optional>
+
 #include <cstdio>
 
 namespace torch_tpu::aten {
@@ -70,12 +72,19 @@ ArgPlan TensorListArg(Plan& p, const c10::IValue& v, TensorSource& tensors, cons
 }
 
 // list arguments other than Tensor[]; kind None if the element type is not one of ours.
-ArgPlan ListArg(Plan& p, c10::TypeKind elem, const c10::IValue& v) {
+// `size_int`: the element keyed without its value (lowering::SizeInt).
+ArgPlan ListArg(Plan& p, c10::TypeKind elem, const c10::IValue& v, std::optional<int64_t> size_int) {
   ArgPlan a;
   if (elem == c10::TypeKind::IntType || elem == c10::TypeKind::SymIntType) {
     a.kind = Arg::Kind::IntList;
     a.literal.ints = IntList(v);
-    p.key += "L" + hlo::Ints(a.literal.ints);
+    if (size_int && *size_int >= 0) {
+      std::vector<int64_t> keyed = a.literal.ints;
+      keyed.at(*size_int) = -1;
+      p.key += "L" + hlo::Ints(keyed) + "~";
+    } else {
+      p.key += "L" + hlo::Ints(a.literal.ints);
+    }
   } else if (elem == c10::TypeKind::NumberType) {  // Scalar[]: runtime params
     a.kind = Arg::Kind::ScalarList;
     p.key += "[";
@@ -93,8 +102,10 @@ ArgPlan ListArg(Plan& p, c10::TypeKind elem, const c10::IValue& v) {
   return a;
 }
 
-ArgPlan DecodeArg(Plan& p, const c10::Argument& arg, const c10::IValue& v, bool runtime_float, bool size_int,
-                  TensorSource& tensors, const std::string& op) {
+// `size_int`: arg is one of the rule's size ints (lowering::SizeInt; for an
+// int list, the element), keyed without its value.
+ArgPlan DecodeArg(Plan& p, const c10::Argument& arg, const c10::IValue& v, bool runtime_float,
+                  std::optional<int64_t> size_int, TensorSource& tensors, const std::string& op) {
   ArgPlan a;
   if (IsNone(v)) {
     p.key += "N";
@@ -110,7 +121,7 @@ ArgPlan DecodeArg(Plan& p, const c10::Argument& arg, const c10::IValue& v, bool 
     case c10::TypeKind::SymIntType:
       a.kind = Arg::Kind::Int;
       a.literal.i = IntOf(v);
-      p.key += size_int ? "I~" : "I" + std::to_string(a.literal.i);
+      p.key += size_int ? std::string("I~") : "I" + std::to_string(a.literal.i);
       return a;
     case c10::TypeKind::FloatType:
       return DoubleArg(p, v.toDouble(), runtime_float);
@@ -143,7 +154,7 @@ ArgPlan DecodeArg(Plan& p, const c10::Argument& arg, const c10::IValue& v, bool 
     case c10::TypeKind::ListType: {
       c10::TypePtr elem = Unwrap(type->castRaw<c10::ListType>()->getElementType());
       if (elem->kind() == c10::TypeKind::TensorType) return TensorListArg(p, v, tensors, op);
-      a = ListArg(p, elem->kind(), v);
+      a = ListArg(p, elem->kind(), v, size_int);
       if (a.kind != Arg::Kind::None) return a;
       break;
     }
@@ -197,15 +208,26 @@ ArgPlan DecodeScalar(Plan& p, const c10::Scalar& s) {
 
 namespace {
 // Whether schema arg i is one of the rule's size ints with the value its
-// tensor's sizes give (lowering::SizeInt): keyed without its value.
-bool IsSizeInt(const Plan& plan, const lowering::RuleEntry& rule, size_t i, const c10::IValue& v) {
+// tensor's sizes give (lowering::SizeInt), keyed without its value: the
+// int list element (-1: an int arg), else nullopt.
+std::optional<int64_t> SizeIntOf(const Plan& plan, const lowering::RuleEntry& rule, size_t i, const c10::IValue& v) {
   for (const lowering::SizeInt& s : rule.dynamic.size_ints) {
-    if (s.arg != i || s.tensor_arg >= plan.args.size() || !(v.isInt() || v.isSymInt())) continue;
+    if (s.arg != i || s.tensor_arg >= plan.args.size()) continue;
     const ArgPlan& t = plan.args[s.tensor_arg];
-    if (t.kind == Arg::Kind::Tensor && !t.tensors.empty() && t.tensors[0] >= 0 && t.param < 0)
-      return s.Of(plan.inputs[t.tensors[0]].geometry.sizes) == IntOf(v);
+    if (t.kind != Arg::Kind::Tensor || t.tensors.empty() || t.tensors[0] < 0 || t.param >= 0) continue;
+    int64_t value = 0;
+    if (s.element < 0 && (v.isInt() || v.isSymInt())) {
+      value = IntOf(v);
+    } else if (s.element >= 0 && v.isList()) {
+      std::vector<int64_t> ints = IntList(v);
+      if (static_cast<size_t>(s.element) >= ints.size()) continue;
+      value = ints[s.element];
+    } else {
+      continue;
+    }
+    if (s.Of(plan.inputs[t.tensors[0]].geometry.sizes) == value) return s.element;
   }
-  return false;
+  return std::nullopt;
 }
 }  // namespace
 
@@ -217,7 +239,7 @@ void DecodeArgs(Plan& plan, const lowering::RuleEntry& rule, const std::vector<c
       continue;
     }
     plan.args.push_back(DecodeArg(plan, schema[i], args[i], rule.IsRuntimeFloat(schema[i].name()),
-                                  IsSizeInt(plan, rule, i, args[i]), tensors, op));
+                                  SizeIntOf(plan, rule, i, args[i]), tensors, op));
   }
 }
 

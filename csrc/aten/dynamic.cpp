@@ -818,21 +818,52 @@ std::string DynamicKey(const std::string& sig, const Plan& plan, const DynamicLa
   return key;
 }
 
-// The rule's size ints (lowering::SizeInt) the call keyed without their
-// value, at the inputs' `sizes`: schema arg -> value.
-std::map<size_t, int64_t> SizeIntsAt(const Call& call, const std::vector<std::vector<int64_t>>& sizes) {
-  std::map<size_t, int64_t> at;
+// One of the rule's size ints (lowering::SizeInt) the call keyed without its
+// value, at some sizes.
+struct SizeIntValue {
+  size_t arg;
+  int64_t element;  // an int list's element; -1: an int arg
+  int64_t value;
+};
+
+// The call's size ints at the inputs' `sizes`.
+std::vector<SizeIntValue> SizeIntsAt(const Call& call, const std::vector<std::vector<int64_t>>& sizes) {
+  std::vector<SizeIntValue> at;
   const Plan& plan = call.plan;
   for (const lowering::SizeInt& s : call.desc->rule->dynamic.size_ints) {
     if (s.arg >= plan.args.size() || s.tensor_arg >= plan.args.size()) continue;
     const ArgPlan& t = plan.args[s.tensor_arg];
-    if (plan.args[s.arg].kind != Arg::Kind::Int || t.kind != Arg::Kind::Tensor || t.tensors.empty() ||
-        t.tensors[0] < 0 || t.param >= 0)
-      continue;
-    if (s.Of(plan.inputs[t.tensors[0]].geometry.sizes) == plan.args[s.arg].literal.i)
-      at[s.arg] = s.Of(sizes.at(t.tensors[0]));
+    const Arg& a = plan.args[s.arg].literal;
+    if (t.kind != Arg::Kind::Tensor || t.tensors.empty() || t.tensors[0] < 0 || t.param >= 0) continue;
+    const int64_t real = s.Of(plan.inputs[t.tensors[0]].geometry.sizes);
+    const bool keyed_without = s.element < 0 ? plan.args[s.arg].kind == Arg::Kind::Int && a.i == real
+                                             : plan.args[s.arg].kind == Arg::Kind::IntList &&
+                                                   static_cast<size_t>(s.element) < a.ints.size() &&
+                                                   a.ints[s.element] == real;
+    if (keyed_without) at.push_back({s.arg, s.element, s.Of(sizes.at(t.tensors[0]))});
   }
   return at;
+}
+
+// Schema arg `a` with the call's size ints set to their values in `at`.
+void SetSizeInts(const std::vector<SizeIntValue>& at, std::vector<ArgPlan>* args) {
+  for (const SizeIntValue& v : at) {
+    Arg& a = (*args)[v.arg].literal;
+    if (v.element < 0) a.i = v.value;
+    else a.ints[v.element] = v.value;
+  }
+}
+
+// The IValue of schema arg i with the size ints in `at` set (the meta kernel's argument).
+c10::IValue WithSizeInts(const std::vector<SizeIntValue>& at, size_t i, const c10::IValue& v) {
+  std::optional<std::vector<int64_t>> ints;
+  for (const SizeIntValue& s : at) {
+    if (s.arg != i) continue;
+    if (s.element < 0) return s.value;
+    if (!ints) ints = v.toIntVector();
+    (*ints)[s.element] = s.value;
+  }
+  return ints ? c10::IValue(*ints) : v;
 }
 
 // Output specs with the inputs at `sizes` (the rule's output_types when it
@@ -842,11 +873,11 @@ std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle&
                                     const std::vector<c10::IValue>& args,
                                     const std::vector<std::vector<int64_t>>& sizes) {
   // Plan input `input`'s tensor `t` as a meta tensor at its bucket's sizes.
-  const std::map<size_t, int64_t> size_ints = SizeIntsAt(call, sizes);
+  const std::vector<SizeIntValue> size_ints = SizeIntsAt(call, sizes);
   if (call.desc->rule->output_types) {  // as the call's own specs came
     Call at_sizes = call;
     for (size_t i = 0; i < sizes.size(); ++i) at_sizes.plan.inputs[i].geometry.sizes = sizes[i];
-    for (const auto& [arg, value] : size_ints) at_sizes.plan.args[arg].literal.i = value;
+    SetSizeInts(size_ints, &at_sizes.plan.args);
     return RuleOutputSpecs(at_sizes);
   }
   auto meta = [&](const at::Tensor& t, int input) { return at::empty(sizes.at(input), t.options().device(at::kMeta)); };
@@ -870,10 +901,8 @@ std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle&
       stack.push_back(metas);
     } else if (v.isDevice()) {
       stack.push_back(c10::Device(at::kMeta));
-    } else if (size_ints.count(i)) {
-      stack.push_back(size_ints.at(i));
     } else {
-      stack.push_back(v);
+      stack.push_back(WithSizeInts(size_ints, i, v));
     }
   }
   {
@@ -1006,7 +1035,7 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
   std::vector<Value> reads = ReadInputs(b, plan, lay, params, sizes, outer_real, masked);
   Call bucket_call = call;
   bucket_call.specs = bucket_specs;
-  for (const auto& [arg, value] : SizeIntsAt(call, lay.in_bucket)) bucket_call.plan.args[arg].literal.i = value;
+  SetSizeInts(SizeIntsAt(call, lay.in_bucket), &bucket_call.plan.args);
   for (auto& in : bucket_call.plan.inputs) in.buffer_geometry.reset();  // storages may be re-laid out
   // In-place destinations take the result as their new buffer: fresh values.
   for (auto& d : bucket_call.plan.dests) {

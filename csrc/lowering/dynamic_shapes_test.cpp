@@ -46,7 +46,7 @@ TEST(DynamicShapes, ElementwiseAndProductsAreDynamicWithNoStaticDims) {
   EXPECT_EQ(Find("mm")->dynamic.rows_args, std::vector<size_t>{0});
   EXPECT_EQ(Find("addmm")->dynamic.rows_args, std::vector<size_t>{1});
   EXPECT_TRUE(Find("pow.Tensor_Scalar")->dynamic.integers_exact);
-  EXPECT_FALSE(Find("upsample_nearest2d")->dynamic.enabled);
+  EXPECT_FALSE(Find("reflection_pad2d")->dynamic.enabled);
 }
 
 TEST(DynamicShapes, BatchNormKeepsItsChannelsStatic) {
@@ -71,6 +71,13 @@ TEST(DynamicShapes, GroupNormReadsItsSizeIntsOffItsInput) {
   EXPECT_EQ(gn->dynamic.size_ints[1].Of(x), 8);
   EXPECT_EQ(gn->dynamic.size_ints[2].Of(x), 20);
   EXPECT_EQ(Find("native_group_norm_backward")->dynamic.size_ints[2].arg, 7u);
+  // upsample_nearest2d_backward(grad_output, output_size, input_size, ...):
+  // input_size[0] is grad_output's batch.
+  const std::vector<SizeInt>& up = Find("upsample_nearest2d_backward")->dynamic.size_ints;
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_EQ(up[0].arg, 2u);
+  EXPECT_EQ(up[0].element, 0);
+  EXPECT_EQ(up[0].Of(x), 6);
   auto [dims, exact] = StaticOf("native_group_norm", {TensorOf({6, 8, 5, 4}), TensorOf({8}), TensorOf({8})});
   EXPECT_EQ(dims, (std::set<std::pair<size_t, size_t>>{{0, 1}, {0, 2}, {0, 3}, {1, 0}, {2, 0}}));
 }

@@ -126,15 +126,18 @@ class StaticDims {
 };
 using StaticDimsRule = std::function<void(const std::vector<Arg>&, StaticDims&)>;
 
-// An int arg that is the product of dims [first, last) of tensor arg
-// `tensor_arg` (last < 0: to its rank): group norm's N, C and HxW. When a
-// call's value is that product, the cache key holds no value for it (the
-// tensor's sizes already say it), so a new batch size keeps the op's dynamic
-// signature, and a bounded-dynamic module gets it at the bucket's sizes.
+// An int arg (or element `element` of an int list arg) that is the product
+// of dims [first, last) of tensor arg `tensor_arg` (last < 0: to its rank):
+// group norm's N, C and HxW, the batch in an upsampling backward's
+// input_size. When a call's value is that product, the cache key holds no
+// value for it (the tensor's sizes already say it), so a new batch size
+// keeps the op's dynamic signature, and a bounded-dynamic module gets it at
+// the bucket's sizes.
 struct SizeInt {
   size_t arg = 0, tensor_arg = 0;
   size_t first = 0;
   int64_t last = -1;
+  int64_t element = -1;  // an int list arg's element; -1: an int arg
   int64_t Of(const std::vector<int64_t>& sizes) const;  // the product for these sizes
 };
 

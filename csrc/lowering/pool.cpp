@@ -717,14 +717,22 @@ Rule AvgPoolBackwardRule(int64_t n) {
   };
 }
 
-// Bounded dynamic shapes: a pooling windows its spatial dims and keeps its
-// leading (batch) dims apart, so those may be dynamic (a ragged last batch);
-// the channel and spatial dims of tensor args `args` stay static.
+// Bounded dynamic shapes: a pooling (or an upsampling) windows its spatial
+// dims and keeps its leading (batch) dims apart, so those may be dynamic (a
+// ragged last batch); the channel and spatial dims of tensor args `args`
+// stay static.
 StaticDimsRule BatchOnly(std::vector<size_t> args, int64_t n) {
   return [args, n](const std::vector<Arg>&, StaticDims& s) {
     for (size_t a : args) s.Last(a, static_cast<size_t>(n) + 1);
-    s.Because("a pooling's channel and spatial dims are static");
+    s.Because("the channel and spatial dims of a pooling or upsampling are static");
   };
+}
+
+// upsample_*_backward(grad_output, output_size, input_size, ...): dynamic in
+// the batch like the forward; input_size's batch is read off grad_output.
+void UpsampleBackward(const std::string& name, Rule rule, int64_t n) {
+  RuleEntry& e = Register(name, std::move(rule)).Dynamic(BatchOnly({0}, n));
+  e.dynamic.size_ints = {{2, 0, 0, 1, 0}};
 }
 
 const bool registered = [] {
@@ -757,20 +765,19 @@ const bool registered = [] {
   }
   for (int64_t n = 1; n <= 3; ++n) {
     std::string s = std::to_string(n) + "d";
-    Register("upsample_nearest" + s, UpsampleRule(Mode::Nearest, n, false));
-    Register("upsample_nearest" + s + "_backward", UpsampleRule(Mode::Nearest, n, true));
-    Register("_upsample_nearest_exact" + s, UpsampleRule(Mode::NearestExact, n, false));
-    Register("_upsample_nearest_exact" + s + "_backward",
-             UpsampleRule(Mode::NearestExact, n, true));
+    Register("upsample_nearest" + s, UpsampleRule(Mode::Nearest, n, false)).Dynamic(BatchOnly({0}, n));
+    UpsampleBackward("upsample_nearest" + s + "_backward", UpsampleRule(Mode::Nearest, n, true), n);
+    Register("_upsample_nearest_exact" + s, UpsampleRule(Mode::NearestExact, n, false)).Dynamic(BatchOnly({0}, n));
+    UpsampleBackward("_upsample_nearest_exact" + s + "_backward", UpsampleRule(Mode::NearestExact, n, true), n);
   }
-  Register("upsample_linear1d", UpsampleRule(Mode::Linear, 1, false));
-  Register("upsample_linear1d_backward", UpsampleRule(Mode::Linear, 1, true));
-  Register("upsample_bilinear2d", UpsampleRule(Mode::Linear, 2, false));
-  Register("upsample_bilinear2d_backward", UpsampleRule(Mode::Linear, 2, true));
-  Register("upsample_trilinear3d", UpsampleRule(Mode::Linear, 3, false));
-  Register("upsample_trilinear3d_backward", UpsampleRule(Mode::Linear, 3, true));
-  Register("upsample_bicubic2d", UpsampleRule(Mode::Cubic, 2, false));
-  Register("upsample_bicubic2d_backward", UpsampleRule(Mode::Cubic, 2, true));
+  Register("upsample_linear1d", UpsampleRule(Mode::Linear, 1, false)).Dynamic(BatchOnly({0}, 1));
+  UpsampleBackward("upsample_linear1d_backward", UpsampleRule(Mode::Linear, 1, true), 1);
+  Register("upsample_bilinear2d", UpsampleRule(Mode::Linear, 2, false)).Dynamic(BatchOnly({0}, 2));
+  UpsampleBackward("upsample_bilinear2d_backward", UpsampleRule(Mode::Linear, 2, true), 2);
+  Register("upsample_trilinear3d", UpsampleRule(Mode::Linear, 3, false)).Dynamic(BatchOnly({0}, 3));
+  UpsampleBackward("upsample_trilinear3d_backward", UpsampleRule(Mode::Linear, 3, true), 3);
+  Register("upsample_bicubic2d", UpsampleRule(Mode::Cubic, 2, false)).Dynamic(BatchOnly({0}, 2));
+  UpsampleBackward("upsample_bicubic2d_backward", UpsampleRule(Mode::Cubic, 2, true), 2);
   return true;
 }();
 

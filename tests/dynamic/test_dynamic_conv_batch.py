@@ -1,4 +1,4 @@
-"""Convolutions, poolings, batch norm and group norm run bounded-dynamic in their batch dim
+"""Convolutions, poolings, upsampling, batch norm and group norm run bounded-dynamic in their batch dim
 (TORCH_TPU_DYNAMIC_SHAPES=auto): a CNN's ragged last batch (a DataLoader
 without drop_last) compiles nothing inside a warm batch bucket. Their channel
 and spatial dims stay static (XLA's padder refuses a dynamic spatial
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.usefixtures("auto_dynamic_shapes")  # conftest.py
 class Cnn(nn.Module):
     """Strided, dilated, grouped and transposed 2-d convolutions, a 1-d one,
     batch norm (training: running statistics), group norm, max / avg /
-    adaptive pooling, and a linear head."""
+    adaptive pooling, nearest and bilinear upsampling, and a linear head."""
 
     def __init__(self):
         super().__init__()
@@ -33,6 +33,8 @@ class Cnn(nn.Module):
     def forward(self, x):
         h = F.max_pool2d(F.relu(self.bn(self.c1(x))), 2)  # [b, 8, 8, 8]
         h = F.avg_pool2d(F.silu(self.norm(self.c2(h))), 2, ceil_mode=True)  # [b, 8, 2, 2]
+        h = F.interpolate(h, scale_factor=2)              # [b, 8, 4, 4]
+        h = F.interpolate(h, size=(2, 2), mode="bilinear")
         h = self.up(h)                                    # [b, 4, 4, 4]
         h = self.c3(h.flatten(2))                         # [b, 6, 16]
         h = F.adaptive_avg_pool2d(h.unsqueeze(-1), (1, 1)).flatten(1)
