@@ -27,7 +27,12 @@ with DataCollatorWithPadding), warmed at lengths 12 and 14 (the 16-bucket),
 then new lengths 13, 15, 11: compiles and wall time of the step next to CPU
 eager's step, the warm step, and whether the loss equals CPU's.
 
-    PYTHONPATH=python python3 benchmarks/new_shapes.py [--training | --fused | --static]
+A fourth: a small CNN's training step (conv, batch norm, group norm, max
+pool, upsample, adaptive pool, linear; SGD with momentum) on 3x32x32 images,
+warmed at batch sizes 8 and 6 (the 8-bucket), then the ragged last batches
+5, 7, 3 (a DataLoader without drop_last).
+
+    PYTHONPATH=python python3 benchmarks/new_shapes.py [--training | --fused | --static | --cnn]
 
 CPU eager runs with one thread (NEW_SHAPES_CPU_THREADS to change it): on a
 shared machine its multi-threaded times swing by 100x.
@@ -168,6 +173,10 @@ def main():
         return child_llama()
     if "--child-train" in sys.argv:
         return child_train()
+    if "--child-cnn" in sys.argv:
+        return child_cnn()
+    if "--cnn" in sys.argv:  # the CNN ragged-batch scenario alone
+        return print_training("--child-cnn")
     if "--training" in sys.argv:  # the training scenario alone
         return print_training()
     if "--fused" in sys.argv:  # the Llama scenario in fused eager alone
@@ -183,6 +192,7 @@ def main():
     for cache in ("dynamic", "fused", "static"):
         print_llama(cache)
     print_training()
+    print_training("--child-cnn")
 
 
 def print_llama(cache):
@@ -207,13 +217,39 @@ TRAIN_WARM = (12, 14)    # the 16-bucket: the second length makes it dynamic
 TRAIN_NEW = (13, 15, 11)  # new padded lengths inside it
 
 
+def _train_rows(cpu, dev, step, warm, new, batch):
+    """Per size in `new` (after `warm`): compiles and time of the first tpu step,
+    CPU eager's step, the best of 3 warm tpu steps, and |loss - CPU's loss|.
+    `step(model, inputs)` returns the loss; `batch(n)` the CPU inputs of size n."""
+    from torch_tpu import debug
+
+    def timed(model, xs):
+        t = time.perf_counter()
+        loss = step(model, xs)
+        return loss, time.perf_counter() - t
+
+    rows = []
+    for n in warm + new:
+        xs = batch(n)
+        want, cpu_s = timed(cpu, xs)
+        debug.reset_stats()
+        got, dt = timed(dev, [x.to("tpu") for x in xs])
+        compiles = debug.stats()["compiles"]
+        if n in new:
+            warm_s = min(timed(dev, [x.to("tpu") for x in xs])[1] for _ in range(3))
+            for _ in range(3):
+                step(cpu, xs)  # the CPU model takes the same steps
+            rows.append({"n": n, "seconds": dt, "compiles": compiles, "cpu_seconds": cpu_s, "warm_seconds": warm_s,
+                         "loss_err": abs(got - want)})
+    return rows
+
+
 def child_train():
     import copy
 
     import torch
     import transformers as tf
     import torch_tpu  # noqa: F401
-    from torch_tpu import debug
     torch.set_num_threads(int(os.environ.get("NEW_SHAPES_CPU_THREADS", "1")))
     torch.manual_seed(0)
     cfg = tf.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -222,39 +258,72 @@ def child_train():
     dev = copy.deepcopy(cpu).to("tpu")
     opts = {m: torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (cpu, dev)}
 
-    def step(model, ids):
+    def step(model, xs):
         model.zero_grad()
-        loss = model(ids, labels=ids).loss
+        loss = model(xs[0], labels=xs[0]).loss
         loss.backward()
         opts[model].step()
         return loss.item()
 
-    def timed(model, ids):
-        t = time.perf_counter()
-        loss = step(model, ids)
-        return loss, time.perf_counter() - t
+    def batch(n):
+        return [torch.randint(2, 256, (4, n), generator=torch.Generator().manual_seed(n))]
 
-    rows = []
-    for n in TRAIN_WARM + TRAIN_NEW:
-        ids = torch.randint(2, 256, (4, n), generator=torch.Generator().manual_seed(n))
-        want, cpu_s = timed(cpu, ids)
-        debug.reset_stats()
-        got, dt = timed(dev, ids.to("tpu"))
-        compiles = debug.stats()["compiles"]
-        if n in TRAIN_NEW:
-            warm = min(timed(dev, ids.to("tpu"))[1] for _ in range(3))
-            for _ in range(3):
-                step(cpu, ids)  # the CPU model takes the same steps
-            rows.append({"n": n, "seconds": dt, "compiles": compiles, "cpu_seconds": cpu_s, "warm_seconds": warm,
-                         "loss_err": abs(got - want)})
-    print(json.dumps(rows))
+    print(json.dumps(_train_rows(cpu, dev, step, TRAIN_WARM, TRAIN_NEW, batch)))
 
 
-def print_training():
-    print(f"\ntiny Llama training step (loss, backward, AdamW), batch 4, warmed at padded lengths {TRAIN_WARM}")
-    print(f"{'mode':>5} {'len':>4} {'compiles':>8} {'first s':>8} {'cpu s':>8} {'ratio':>7} {'warm s':>8} "
+CNN_WARM = (8, 6)     # the 8-bucket: the second batch size makes it dynamic
+CNN_NEW = (5, 7, 3)   # a ragged last batch inside it
+
+
+def child_cnn():
+    import copy
+
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    import torch_tpu  # noqa: F401
+    torch.set_num_threads(int(os.environ.get("NEW_SHAPES_CPU_THREADS", "1")))
+    torch.manual_seed(0)
+
+    class Cnn(nn.Module):  # conv-BN-ReLU-maxpool, conv-GroupNorm-SiLU, upsample, avg pool, linear
+        def __init__(self):
+            super().__init__()
+            self.c1, self.bn = nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16)
+            self.c2, self.gn = nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.GroupNorm(8, 32)
+            self.c3, self.head = nn.Conv2d(32, 16, 3, padding=1), nn.Linear(16, 10)
+
+        def forward(self, x):
+            h = F.max_pool2d(F.relu(self.bn(self.c1(x))), 2)
+            h = F.interpolate(F.silu(self.gn(self.c2(h))), scale_factor=2)
+            return self.head(F.adaptive_avg_pool2d(self.c3(h), 1).flatten(1))
+
+    cpu = Cnn()
+    dev = copy.deepcopy(cpu).to("tpu")
+    opts = {m: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for m in (cpu, dev)}
+
+    def step(model, xs):
+        model.zero_grad()
+        loss = F.cross_entropy(model(xs[0]), xs[1])
+        loss.backward()
+        opts[model].step()
+        return loss.item()
+
+    def batch(b):
+        g = torch.Generator().manual_seed(b)
+        return [torch.randn(b, 3, 32, 32, generator=g), torch.randint(0, 10, (b,), generator=g)]
+
+    print(json.dumps(_train_rows(cpu, dev, step, CNN_WARM, CNN_NEW, batch)))
+
+
+def print_training(scenario="--child-train"):
+    if scenario == "--child-cnn":
+        print(f"\nCNN training step (conv, batch norm, group norm, pools, upsample; SGD), 3x32x32 images, "
+              f"warmed at batch sizes {CNN_WARM}")
+    else:
+        print(f"\ntiny Llama training step (loss, backward, AdamW), batch 4, warmed at padded lengths {TRAIN_WARM}")
+    print(f"{'mode':>5} {'size':>4} {'compiles':>8} {'first s':>8} {'cpu s':>8} {'ratio':>7} {'warm s':>8} "
           f"{'loss err':>9}")
-    results = {mode: run_child(mode, "--child-train") for mode in ("0", "auto")}
+    results = {mode: run_child(mode, scenario) for mode in ("0", "auto")}
     for mode, rows in results.items():
         for r, exact in zip(rows, results["0"]):
             print(f"{mode:>5} {r['n']:>4} {r['compiles']:>8} {r['seconds']:>8.3f} {r['cpu_seconds']:>8.3f} "
