@@ -326,12 +326,8 @@ bool Eligible(const Call& call) {
   if (plan.geometry_spans.size() != plan.inputs.size()) return Refuse("inputs without a geometry");
   for (const auto& q : plan.params)
     if (q.kind == Param::Kind::Rng && DrawsRandomBits(call)) return Refuse("draws random numbers");
-  for (const auto& a : plan.args) {
-    if (a.kind == Arg::Kind::TensorList)
-      for (int t : a.tensors)
-        if (t < 0) return Refuse("a tensor list with None");
+  for (const auto& a : plan.args)
     if (a.kind == Arg::Kind::Generator && DrawsRandomBits(call)) return Refuse("draws random numbers");
-  }
   for (size_t k = 0; k < call.specs.size(); ++k) {
     const OutputSpec& s = call.specs[k];
     if (!StorageOrder(s.sizes, s.strides) && !PartialDestination(call, k))

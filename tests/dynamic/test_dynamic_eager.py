@@ -319,6 +319,34 @@ def test_integer_indexing_and_its_backward_run_dynamic():
             assert st["compiles"] == 0, (s, st["compiles_by_op"], st["exact_reasons"])
 
 
+def test_index_lists_with_none_run_dynamic():
+    # x[:, idx] and x[..., idx2d]: the None entries take whole dims (the
+    # dynamic sequence passes through, or is indexed with a negative index
+    # wrapping by its real length); forward and backward equal CPU, and a new
+    # length in a warm bucket compiles nothing.
+    torch.manual_seed(1)
+    w = torch.randn(8)
+    cols, grid = torch.tensor([1, 7]), torch.tensor([[0, 3], [5, 6]])
+
+    def step(x, w, rows):
+        w = w.detach().requires_grad_()
+        h = (x * w).tanh()  # [b, s, 8], padded in s on tpu
+        outs = (h[:, rows], h[:, :, cols.to(x.device)], h[..., grid.to(x.device)])
+        sum(o.square().sum() for o in outs).backward()
+        return tuple(o.detach() for o in outs) + (w.grad,)
+
+    for s in (11, 13, 14, 9, 16):
+        x = torch.randn(3, s, 8)
+        rows = torch.tensor([0, s - 1, -1, 2])
+        debug.reset_stats()
+        got = step(x.to("tpu"), w.to("tpu"), rows.to("tpu"))
+        st = debug.stats()
+        for g, e in zip(got, step(x, w, rows)):
+            torch.testing.assert_close(g.cpu(), e, rtol=1e-5, atol=1e-5)
+        if s in (14, 9, 16):
+            assert st["compiles"] == 0, (s, st["compiles_by_op"], st["exact_reasons"])
+
+
 def test_integer_indexing_checks_the_real_size():
     # Mode 1: dim 1 (10) runs at its bucket 16; an index of 10 lands in the
     # padding and must raise as on exact shapes, and -10 wraps to row 0.
