@@ -297,6 +297,36 @@ void CheckNoInternalOverlap(const OpDesc& desc, const std::vector<c10::IValue>& 
   for (size_t i : desc.out_args) at::assert_no_internal_overlap(args[i].toTensor());
 }
 
+// Index lists (Tensor?[]: index_put_, _index_put_impl_, _unsafe_index, ...)
+// may hold CPU index tensors, as on CUDA (x[:, idx] with a CPU idx, and its
+// backward): they move to the device of the call's first tpu tensor.
+void IndicesToDevice(std::vector<c10::IValue>& args) {
+  std::optional<c10::Device> device;
+  for (const auto& a : args)
+    if (a.isTensor() && a.toTensor().defined() && a.toTensor().device().type() == c10::DeviceType::PrivateUse1) {
+      device = a.toTensor().device();
+      break;
+    }
+  if (!device) return;
+  for (auto& a : args) {
+    if (!a.isList()) continue;
+    const c10::TypePtr elem = a.toList().elementType();
+    if (elem->kind() != c10::TypeKind::OptionalType ||
+        elem->castRaw<c10::OptionalType>()->getElementType()->kind() != c10::TypeKind::TensorType)
+      continue;
+    c10::List<std::optional<at::Tensor>> list = c10::impl::toTypedList<std::optional<at::Tensor>>(a.toList());
+    bool moved = false;
+    for (size_t i = 0; i < list.size(); ++i) {
+      std::optional<at::Tensor> t = list.get(i);
+      if (t && t->defined() && t->device().is_cpu() && t->dim() > 0) {
+        list.set(i, t->to(*device));
+        moved = true;
+      }
+    }
+    if (moved) a = list;
+  }
+}
+
 }  // namespace
 
 void EagerKernel(const OpDesc& desc, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -308,6 +338,7 @@ void EagerKernel(const OpDesc& desc, const c10::OperatorHandle& op, torch::jit::
   // (mm, clone, _to_copy, ...) and a storage read with two dtypes (z * z.real):
   // resolved into plain tensors (complex.cpp).
   ResolveTensorInputs(args, desc.mutable_args, desc.out_args, desc.name);
+  IndicesToDevice(args);
   CheckNoInternalOverlap(desc, args);
   try {
     auto results = RunCall(desc, op, args);

@@ -80,6 +80,29 @@ def test_index_cpu_index_tensor() -> None:
     assert _fallbacks() == before
 
 
+def test_cpu_index_tensors_in_index_put_and_backward() -> None:
+    # As on CUDA: index_put_ / x[idx] = v and the backward of x[:, idx] take
+    # CPU index tensors with a tpu tensor (they move to its device).
+    x = torch.randn(3, 5, 4)
+    rows, cols = torch.arange(3), torch.tensor([1, 1, -1])
+    v = torch.randn(3, 4)
+    before = _fallbacks()
+    want = x.clone().index_put_((rows, cols), v, accumulate=True)
+    got = x.to("tpu").index_put_((rows, cols), v.to("tpu"), accumulate=True)
+    torch.testing.assert_close(got.cpu(), want)
+    d = x.to("tpu")
+    d[:, torch.tensor([0, 2])] = 7.0
+    want = x.clone()
+    want[:, torch.tensor([0, 2])] = 7.0
+    assert torch.equal(d.cpu(), want)
+    leaf, dleaf = x.clone().requires_grad_(), x.to("tpu").requires_grad_()
+    idx = torch.tensor([0, 2, -1, 2])
+    leaf[:, idx].square().sum().backward()
+    dleaf[:, idx].square().sum().backward()
+    torch.testing.assert_close(dleaf.grad.cpu(), leaf.grad)
+    assert _fallbacks() == before
+
+
 @pytest.mark.parametrize("dtype", DTYPES + [torch.int64])
 def test_bool_mask_index(dtype: torch.dtype) -> None:
     x = torch.randn(4, 5).mul(10).to(dtype)
