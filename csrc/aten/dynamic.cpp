@@ -132,6 +132,45 @@ const DynamicHints* HintsOf(const at::Tensor& t) {
   return dynamic_cast<const DynamicHints*>(t.unsafeGetTensorImpl()->get_backend_meta());
 }
 
+// A view's hints, from its base's (a view carries none of its own): a view
+// dim that is one base dim keeps its hint; one that merges hinted-dynamic
+// base dims (x marked in s, read as [b*s, h] by a linear) is dynamic, bounded
+// by the product of their bounds (the sizes of unhinted ones). Slices of a
+// dim, and views of non-contiguous bases, take no hint.
+std::optional<DynamicHints> ViewHintsOf(const at::Tensor& t) {
+  if (!t.is_view()) return std::nullopt;
+  const at::Tensor base(t._base());
+  const DynamicHints* hb = HintsOf(base);
+  if (!hb || !base.is_contiguous()) return std::nullopt;
+  const auto sizes = base.sizes(), strides = base.strides();
+  DynamicHints out;
+  for (int64_t k = 0; k < t.dim(); ++k) {
+    const int64_t n = t.size(k), stride = t.stride(k);
+    if (n <= 1) continue;
+    int64_t last = -1;  // the innermost base dim of the span: its stride is the view dim's
+    for (int64_t j = 0; j < base.dim(); ++j)
+      if (strides[j] == stride && sizes[j] > 1) last = j;
+    if (last < 0) continue;
+    int64_t first = last, product = sizes[last];
+    while (product < n && first > 0) product *= sizes[--first];
+    if (product != n) continue;
+    bool dynamic = false, fixed = false;
+    int64_t max = 1;
+    for (int64_t j = first; j <= last; ++j) {
+      auto h = hb->dims.find(j);
+      const bool hinted = h != hb->dims.end();
+      dynamic |= hinted && h->second.dynamic;
+      fixed |= hinted && !h->second.dynamic;
+      max = max < 0 || (hinted && h->second.dynamic && h->second.max < 0) ? -1
+                                                                         : max * (hinted && h->second.max >= 0 ? h->second.max : sizes[j]);
+    }
+    if (dynamic) out.dims[k] = DimHint{true, -1, max};
+    else if (fixed && first == last) out.dims[k] = DimHint{false, -1, -1};
+  }
+  if (out.dims.empty()) return std::nullopt;
+  return out;
+}
+
 DynamicHints& MutableHints(const at::Tensor& t) {
   c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   if (auto* h = dynamic_cast<DynamicHints*>(impl->get_backend_meta())) return *h;
@@ -454,7 +493,10 @@ CallHints HintsOfCall(const Plan& plan, const std::vector<c10::IValue>& args, bo
   for (size_t a = 0; a < args.size() && a < plan.args.size(); ++a) {
     const ArgPlan& ap = plan.args[a];
     if (!args[a].isTensor() || ap.kind != Arg::Kind::Tensor || ap.tensors.empty() || ap.param >= 0) continue;
-    const DynamicHints* h = HintsOf(args[a].toTensor());
+    const at::Tensor& t = args[a].toTensor();
+    const DynamicHints* h = HintsOf(t);
+    std::optional<DynamicHints> view;
+    if (!h && (view = ViewHintsOf(t))) h = &*view;
     if (!h) continue;
     auto& row = hints[ap.tensors[0]];
     for (const auto& [d, hint] : h->dims)

@@ -84,6 +84,19 @@ def test_the_hint_follows_through_a_chain_of_dynamic_ops():
     assert dynamic.dim_hints(y) == ["dynamic", ""]
 
 
+def test_a_view_merging_the_marked_dim_is_dynamic():
+    # x [2, n, 45] marked in n, read by a linear as its [2n, 45] rows (a view
+    # of x, which carries no hint of its own): the rows run bounded by 2 * 64.
+    w = torch.randn(7, 45)
+    with dynamic.dynamic_shapes("0"):
+        s = run_marked(lambda x, w: F.linear(x, w), lambda n: (torch.randn(2, n, 45), w), (33, 35, 40),
+                       lambda d: torch_tpu.mark_dynamic(d[0], 1, 2, 64), atol=1e-4, rtol=1e-5)
+    assert s["compiles"] == 1 and s["dynamic_hits"] == 2, s
+    d = torch.randn(2, 5, 45).to("tpu")
+    torch_tpu.mark_dynamic(d, 1, 2, 64)
+    assert dynamic.dim_hints(d.view(10, 45)) == ["", ""]  # read off the base per call, not stored
+
+
 def test_an_unmarked_partner_of_the_same_size_follows_the_hint():
     # x is marked, y (a fresh tensor of the same shape) is not: add's shapes
     # must agree at the bound, so y's dim follows x's (one executable).
