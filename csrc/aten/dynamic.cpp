@@ -1013,6 +1013,36 @@ Value PadDynamic(hlo::Builder& b, Value v, std::vector<bool> dyn, const std::vec
   return b.Reshape(v, {v.type.numel()});
 }
 
+// Whether the module runs on the buckets' static arrays with no runtime
+// sizes set: an elementwise rule, or one whose results are independent
+// along every dim this call has dynamic (RuleEntry::dynamic.independent_dims:
+// a linear at a new batch size); the padding's results are never read.
+bool Unmasked(const Call& call, const DynamicLayout& lay) {
+  const lowering::DynamicShapes& rule = call.desc->rule->dynamic;
+  if (rule.elementwise) return true;
+  if (!rule.independent_dims) return false;
+  const Plan& plan = call.plan;
+  const std::vector<Arg> abstract = AbstractArgs(plan);
+  lowering::StaticDims dims(abstract);
+  rule.independent_dims(abstract, dims);
+  std::set<std::pair<size_t, size_t>> independent;  // (input, dim)
+  size_t schema_arg = 0;  // AbstractArgs leaves out= args out, as the rule sees them
+  for (size_t a = 0; a < plan.args.size(); ++a) {
+    if (a < plan.is_out.size() && plan.is_out[a]) continue;
+    for (const auto& [arg, d] : dims.dims()) {
+      const ArgPlan& ap = plan.args[a];
+      if (arg == schema_arg && ap.kind == Arg::Kind::Tensor && !ap.tensors.empty() && ap.tensors[0] >= 0 &&
+          ap.param < 0)
+        independent.insert({static_cast<size_t>(ap.tensors[0]), d});
+    }
+    ++schema_arg;
+  }
+  for (size_t i = 0; i < lay.in_dynamic.size(); ++i)
+    for (size_t d = 0; d < lay.in_dynamic[i].size(); ++d)
+      if (lay.in_dynamic[i][d] && !independent.count({i, d})) return false;
+  return true;
+}
+
 // Each input the module reads out of its storage, at its buckets' sizes
 // (padded_layout.h: a window of the padded buffer, or rows gathered for a
 // reshaped read; an overwritten destination only for its type). `masked`:
@@ -1069,7 +1099,7 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
       for (size_t m = 0; m < lay.reshaped[i]->outer_padded.size(); ++m)
         outer_real[i].push_back(b.Parameter({ElementType::I32, {}}));
   // An elementwise rule runs on the buckets' static arrays: no sizes set.
-  const bool masked = !call.desc->rule->dynamic.elementwise;
+  const bool masked = !Unmasked(call, lay);
   std::vector<Value> reads = ReadInputs(b, plan, lay, params, sizes, outer_real, masked);
   Call bucket_call = call;
   bucket_call.specs = bucket_specs;

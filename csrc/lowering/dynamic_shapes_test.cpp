@@ -49,6 +49,26 @@ TEST(DynamicShapes, ElementwiseAndProductsAreDynamicWithNoStaticDims) {
   EXPECT_FALSE(Find("reflection_pad2d")->dynamic.enabled);
 }
 
+// The (arg, dim)s rule `name` states its results are independent along.
+std::set<std::pair<size_t, size_t>> IndependentOf(const std::string& name, const std::vector<Arg>& args) {
+  const RuleEntry* e = Find(name);
+  EXPECT_TRUE(e && e->dynamic.independent_dims) << name;
+  StaticDims dims(args);
+  if (e && e->dynamic.independent_dims) e->dynamic.independent_dims(args, dims);
+  return {dims.dims().begin(), dims.dims().end()};
+}
+
+TEST(DynamicShapes, RowIndependentRulesSayAlongWhich) {
+  using Dims = std::set<std::pair<size_t, size_t>>;
+  EXPECT_EQ(IndependentOf("mm", {TensorOf({6, 4}), TensorOf({4, 3})}), (Dims{{0, 0}, {1, 1}}));
+  // mean.dim(self [2, 5, 8], dim [-1]): the kept dims 0 and 1; every dim reduced: none.
+  EXPECT_EQ(IndependentOf("mean.dim", {TensorOf({2, 5, 8}), Literal(Arg::Kind::IntList, 0, {-1})}),
+            (Dims{{0, 0}, {0, 1}}));
+  EXPECT_TRUE(IndependentOf("sum.dim_IntList", {TensorOf({2, 5}), Literal(Arg::Kind::IntList, 0, {})}).empty());
+  EXPECT_EQ(IndependentOf("_softmax", {TensorOf({3, 7}), Literal(Arg::Kind::Int, 1)}), (Dims{{0, 0}}));
+  EXPECT_FALSE(Find("cumsum")->dynamic.independent_dims);
+}
+
 TEST(DynamicShapes, BatchNormKeepsItsChannelsStatic) {
   // native_batch_norm(input [b, c, h, w], weight, bias, running_mean, running_var, ...)
   auto [dims, exact] = StaticOf("native_batch_norm", {TensorOf({6, 8, 5, 4}), TensorOf({8}), TensorOf({8}),

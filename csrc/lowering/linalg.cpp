@@ -109,8 +109,15 @@ const bool registered = [] {
   RuleEntry& mm = Register("mm", ProductRule({}, {}, {1}, {0})).Dynamic();
   mm.dynamic.rows_args = {0};
   mm.dynamic.contracts_rows = true;
+  mm.dynamic.independent_dims = [](const std::vector<Arg>&, StaticDims& s) {
+    s.Dim(0, 0);  // self's rows, mat2's columns
+    s.Dim(1, 1);
+  };
   // [b, n, k] x [b, k, m]
-  Register("bmm", ProductRule({0}, {0}, {2}, {1})).Dynamic();
+  Register("bmm", ProductRule({0}, {0}, {2}, {1})).Dynamic().dynamic.independent_dims =
+      [](const std::vector<Arg>&, StaticDims& s) {
+        for (auto [arg, d] : {std::pair{0, 0}, {0, 1}, {1, 0}, {1, 2}}) s.Dim(arg, d);
+      };
   // [k] x [k]
   Register("dot", ProductRule({}, {}, {0}, {0}));
   Register("vdot", ProductRule({}, {}, {0}, {0}));  // real dtypes: no conjugation
@@ -121,7 +128,13 @@ const bool registered = [] {
   Register("mm.dtype", ProductRule({}, {}, {1}, {0}));
   Register("bmm.dtype", ProductRule({0}, {0}, {2}, {1}));
 
-  Register("addmm", AddProductRule({}, {}, {1}, {0})).Dynamic().dynamic.rows_args = {1};
+  RuleEntry& addmm = Register("addmm", AddProductRule({}, {}, {1}, {0})).Dynamic();
+  addmm.dynamic.rows_args = {1};
+  addmm.dynamic.independent_dims = [](const std::vector<Arg>&, StaticDims& s) {
+    s.All(0);  // (self: added elementwise, mat1's rows, mat2's columns)
+    s.Dim(1, 0);
+    s.Dim(2, 1);
+  };
   Register("baddbmm", AddProductRule({0}, {0}, {2}, {1}));
   // sum over the batch: contract batch and k together.
   Register("addbmm", AddProductRule({}, {}, {0, 2}, {0, 1}));

@@ -179,6 +179,11 @@ struct DynamicShapes {
   // buckets' sizes as static arrays, with no runtime sizes set and no result
   // made static again (the padding's elements are computed and never read).
   bool elementwise = false;
+  // The (arg, dim)s along which the op's result elements are independent
+  // (mm's rows, a softmax's or a reduction's other dims): a call whose
+  // dynamic dims are all such runs unmasked, as an elementwise one does (its
+  // padding computes elements no one reads). Empty: none.
+  StaticDimsRule independent_dims;
   std::vector<SizeInt> size_ints;
 };
 

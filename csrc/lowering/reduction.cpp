@@ -414,12 +414,28 @@ bool RowsOverLastDim(const std::vector<Arg>& a) {
   return x.kind == Arg::Kind::Tensor && x.tensor.rank() == 2 && WrapDim(a.at(a.size() > 3 ? 2 : 1).i, 2) == 1;
 }
 
+// The dims of self (arg 0) a reduction over the dims in arg `dims_arg` (an
+// int list: empty is every dim; or an int) keeps: its results are
+// independent along them (DynamicShapes::independent_dims).
+StaticDimsRule KeptDims(size_t dims_arg) {
+  return [dims_arg](const std::vector<Arg>& a, StaticDims& s) {
+    const int64_t rank = static_cast<int64_t>(s.Rank(0));
+    if (dims_arg >= a.size()) return;
+    std::vector<int64_t> reduced = a[dims_arg].kind == Arg::Kind::Int ? std::vector<int64_t>{a[dims_arg].i}
+                                                                      : a[dims_arg].ints;
+    if (a[dims_arg].kind != Arg::Kind::Int && reduced.empty()) return;  // every dim
+    for (int64_t& d : reduced) d = WrapDim(d, rank);
+    for (int64_t d = 0; d < rank; ++d)
+      if (std::find(reduced.begin(), reduced.end(), d) == reduced.end()) s.Dim(0, static_cast<size_t>(d));
+  };
+}
+
 const bool registered = [] {
   // Out= variants take the functional's arguments first, then the outputs.
   Register("sum", SumRule(-1, false), {"sum.out"}).Dynamic();
-  Register("sum.dim_IntList", SumRule(1, false), {"sum.IntList_out"}).Dynamic();
+  Register("sum.dim_IntList", SumRule(1, false), {"sum.IntList_out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   Register("mean", SumRule(-1, true), {"mean.dtype_out"}).Dynamic();
-  Register("mean.dim", SumRule(1, true), {"mean.out"}).Dynamic();
+  Register("mean.dim", SumRule(1, true), {"mean.out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   Register("prod", ProdRule(-1), {"prod.out"}).Dynamic();
   Register("nansum", NanSumRule);
   Register("prod.dim_int", ProdRule(1), {"prod.int_out"}).Dynamic();
@@ -449,6 +465,7 @@ const bool registered = [] {
     RuleEntry& fwd = Register(name, SoftmaxRule(log), {name + ".out"}).Dynamic();
     fwd.dynamic.rows_args = {0};
     fwd.dynamic.rows_when = RowsOverLastDim;
+    fwd.dynamic.independent_dims = KeptDims(1);  // (self, dim, half_to_float)
     std::string bwd_name = name + "_backward_data";
     RuleEntry& bwd = Register(bwd_name, SoftmaxBackwardRule(log), {bwd_name + ".out"}).Dynamic();
     bwd.dynamic.rows_args = {0, 1};

@@ -359,6 +359,21 @@ def test_integer_indexing_checks_the_real_size():
             x[rows, torch.tensor([9, 10, 0, 0], device="tpu")].cpu()
 
 
+def test_row_independent_ops_run_unmasked_and_their_padding_is_never_read():
+    # At a new batch size only rows are dynamic: mm's rows, a softmax's and a
+    # mean's kept dims run unmasked (RuleEntry independent_dims), computing
+    # NaN rows from x / x's padding; the sum over the rows reads the real ones.
+    w = torch.randn(6, 5)
+
+    def fn(x, w):
+        ones = x / x  # [n, 6]: NaN in the padding rows
+        h = torch.softmax(torch.mm(ones * x, w), -1) + x.mean(-1, keepdim=True)  # rows independent
+        return torch.stack([h.sum(0), (h * 2).amax(0)])
+
+    s = run_sizes(fn, lambda n: (torch.rand(n, 6) + 0.5, w), sizes=(9, 10, 12, 15, 13))
+    assert s["dynamic_hits"] >= 12 and s["dynamic_exact_fallbacks"] == 0, s
+
+
 def test_elementwise_modules_leave_padding_that_reductions_never_read():
     # Elementwise rules run on the padded buffers as static arrays (no sizes
     # set): x / x puts NaN (0 / 0) in the padding that x's host pad filled
