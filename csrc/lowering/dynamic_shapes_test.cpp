@@ -66,7 +66,11 @@ TEST(DynamicShapes, RowIndependentRulesSayAlongWhich) {
             (Dims{{0, 0}, {0, 1}}));
   EXPECT_TRUE(IndependentOf("sum.dim_IntList", {TensorOf({2, 5}), Literal(Arg::Kind::IntList, 0, {})}).empty());
   EXPECT_EQ(IndependentOf("_softmax", {TensorOf({3, 7}), Literal(Arg::Kind::Int, 1)}), (Dims{{0, 0}}));
-  EXPECT_FALSE(Find("cumsum")->dynamic.independent_dims);
+  EXPECT_EQ(IndependentOf("cumsum", {TensorOf({3, 7, 2}), Literal(Arg::Kind::Int, -2)}), (Dims{{0, 0}, {0, 2}}));
+  EXPECT_TRUE(IndependentOf("argmax", {TensorOf({3, 7}), Arg{}}).empty());  // dim=None: every dim reduced
+  EXPECT_EQ(IndependentOf("native_layer_norm", {TensorOf({2, 5, 8}), Literal(Arg::Kind::IntList, 0, {8})}),
+            (Dims{{0, 0}, {0, 1}, {0, 2}}));  // the normalized dim is static anyway
+  EXPECT_FALSE(Find("cat")->dynamic.independent_dims);
 }
 
 TEST(DynamicShapes, BatchNormKeepsItsChannelsStatic) {

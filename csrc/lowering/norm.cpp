@@ -441,6 +441,10 @@ std::vector<TensorType> LayerNormTypes(const std::vector<Arg>& a) {
   return {x, stat, stat};
 }
 
+// A norm over trailing dims (which stay static): its results are
+// independent along every other dim of its input (DynamicShapes::independent_dims).
+void InputRows(const std::vector<Arg>&, StaticDims& s) { s.All(0); }
+
 // Bounded dynamic shapes: a batch norm counts its elements per channel at
 // run time (PerChannelCount), so its batch and spatial dims may be dynamic
 // in `batched` args' dims 0 and 2..; their channel dim, and the per-channel
@@ -457,13 +461,15 @@ StaticDimsRule BatchNormBatchOnly(std::vector<size_t> batched, std::vector<size_
 const bool registered = [] {
   // Bounded dynamic shapes: the normalized dims stay static (it divides by
   // their element count), in the input, the gradient, the weight and the bias.
-  Register("native_layer_norm", LayerNorm)
+  // Its rows (every dim it may have dynamic) are independent: unmasked then.
+  RuleEntry& layer_norm = Register("native_layer_norm", LayerNorm)
       .Dynamic([](const std::vector<Arg>& a, StaticDims& s) {  // (input, shape, weight, bias, eps)
         s.Last(0, a.at(1).ints.size());
         s.All(2);
         s.All(3);
-      })
-      .output_types = LayerNormTypes;
+      });
+  layer_norm.output_types = LayerNormTypes;
+  layer_norm.dynamic.independent_dims = InputRows;
   Register("native_layer_norm_backward", LayerNormBackward)
       .Dynamic([](const std::vector<Arg>& a, StaticDims& s) {  // (grad, input, shape, mean, rstd, weight, bias, mask)
         s.Last(0, a.at(2).ints.size());
@@ -564,7 +570,7 @@ const bool registered = [] {
   Register("_fused_rms_norm", RmsNorm).Dynamic([](const std::vector<Arg>& a, StaticDims& s) {
     s.Last(0, a.at(1).ints.size());  // (input, shape, weight, eps)
     s.All(2);
-  });
+  }).dynamic.independent_dims = InputRows;
   Register("_fused_rms_norm_backward", RmsNormBackward).Dynamic([](const std::vector<Arg>& a, StaticDims& s) {
     s.Last(0, a.at(2).ints.size());  // (grad, input, shape, rstd, weight, mask)
     s.Last(1, a.at(2).ints.size());

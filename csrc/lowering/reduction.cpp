@@ -438,24 +438,24 @@ const bool registered = [] {
   Register("mean.dim", SumRule(1, true), {"mean.out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   Register("prod", ProdRule(-1), {"prod.out"}).Dynamic();
   Register("nansum", NanSumRule);
-  Register("prod.dim_int", ProdRule(1), {"prod.int_out"}).Dynamic();
-  Register("amax", ExtremeRule(1, true), {"amax.out"}).Dynamic();
-  Register("amin", ExtremeRule(1, false), {"amin.out"}).Dynamic();
+  Register("prod.dim_int", ProdRule(1), {"prod.int_out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
+  Register("amax", ExtremeRule(1, true), {"amax.out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
+  Register("amin", ExtremeRule(1, false), {"amin.out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   Register("max", ExtremeRule(-1, true), {"max.unary_out"}).Dynamic();
   Register("min", ExtremeRule(-1, false), {"min.unary_out"}).Dynamic();
   Register("max.dim", ExtremeDimRule(true), {"max.dim_max"});
   Register("min.dim", ExtremeDimRule(false), {"min.dim_min"});
-  Register("argmax", ArgRule(true), {"argmax.out"}).Dynamic();
-  Register("argmin", ArgRule(false), {"argmin.out"}).Dynamic();
+  Register("argmax", ArgRule(true), {"argmax.out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
+  Register("argmin", ArgRule(false), {"argmin.out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   Register("var.correction", VarRule(false, false), {"var.correction_out"});
   Register("std.correction", VarRule(true, false), {"std.correction_out"});
   Register("var_mean.correction", VarRule(false, true), {"var_mean.correction_out"});
   Register("std_mean.correction", VarRule(true, true), {"std_mean.correction_out"});
   Register("any", AnyAllRule(-1, true), {"any.all_out"}).Dynamic();
-  Register("any.dim", AnyAllRule(1, true), {"any.out"}).Dynamic();
+  Register("any.dim", AnyAllRule(1, true), {"any.out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   Register("any.dims", AnyAllRule(1, true), {"any.dims_out"});
   Register("all", AnyAllRule(-1, false), {"all.all_out"}).Dynamic();
-  Register("all.dim", AnyAllRule(1, false), {"all.out"}).Dynamic();
+  Register("all.dim", AnyAllRule(1, false), {"all.out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   Register("all.dims", AnyAllRule(1, false), {"all.dims_out"});
   Register("logsumexp", LogSumExp, {"logsumexp.out"});
   // (Log-)softmax over the last dim of [r, k] rows treats its rows
@@ -472,7 +472,7 @@ const bool registered = [] {
     bwd.dynamic.rows_when = RowsOverLastDim;
   }
   Register("linalg_vector_norm", VectorNorm, {"linalg_vector_norm.out"});
-  Register("cumsum", CumulativeRule(false), {"cumsum.out", "cumsum_"}).Dynamic();
+  Register("cumsum", CumulativeRule(false), {"cumsum.out", "cumsum_"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   Register("cumprod", CumulativeRule(true), {"cumprod.out", "cumprod_"});
   return true;
 }();
