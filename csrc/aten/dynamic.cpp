@@ -910,7 +910,6 @@ c10::IValue WithSizeInts(const std::vector<SizeIntValue>& at, size_t i, const c1
 std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle& op,
                                     const std::vector<c10::IValue>& args,
                                     const std::vector<std::vector<int64_t>>& sizes) {
-  // Plan input `input`'s tensor `t` as a meta tensor at its bucket's sizes.
   const std::vector<SizeIntValue> size_ints = SizeIntsAt(call, sizes);
   if (call.desc->rule->output_types) {  // as the call's own specs came
     Call at_sizes = call;
@@ -918,6 +917,7 @@ std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle&
     SetSizeInts(size_ints, &at_sizes.plan.args);
     return RuleOutputSpecs(at_sizes);
   }
+  // Plan input `input`'s tensor `t` as a meta tensor at its bucket's sizes.
   auto meta = [&](const at::Tensor& t, int input) { return at::empty(sizes.at(input), t.options().device(at::kMeta)); };
   torch::jit::Stack stack;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -1025,18 +1025,16 @@ bool Unmasked(const Call& call, const DynamicLayout& lay) {
   const std::vector<Arg> abstract = AbstractArgs(plan);
   lowering::StaticDims dims(abstract);
   rule.independent_dims(abstract, dims);
-  std::set<std::pair<size_t, size_t>> independent;  // (input, dim)
-  size_t schema_arg = 0;  // AbstractArgs leaves out= args out, as the rule sees them
+  std::vector<int> input_of;  // per rule arg (AbstractArgs leaves out= args out): its input, -1 none
   for (size_t a = 0; a < plan.args.size(); ++a) {
     if (a < plan.is_out.size() && plan.is_out[a]) continue;
-    for (const auto& [arg, d] : dims.dims()) {
-      const ArgPlan& ap = plan.args[a];
-      if (arg == schema_arg && ap.kind == Arg::Kind::Tensor && !ap.tensors.empty() && ap.tensors[0] >= 0 &&
-          ap.param < 0)
-        independent.insert({static_cast<size_t>(ap.tensors[0]), d});
-    }
-    ++schema_arg;
+    const ArgPlan& ap = plan.args[a];
+    const bool tensor = ap.kind == Arg::Kind::Tensor && !ap.tensors.empty() && ap.param < 0;
+    input_of.push_back(tensor ? ap.tensors[0] : -1);
   }
+  std::set<std::pair<size_t, size_t>> independent;  // (input, dim)
+  for (const auto& [arg, d] : dims.dims())
+    if (arg < input_of.size() && input_of[arg] >= 0) independent.insert({static_cast<size_t>(input_of[arg]), d});
   for (size_t i = 0; i < lay.in_dynamic.size(); ++i)
     for (size_t d = 0; d < lay.in_dynamic[i].size(); ++d)
       if (lay.in_dynamic[i][d] && !independent.count({i, d})) return false;
@@ -1098,7 +1096,7 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
     if (lay.reshaped[i])
       for (size_t m = 0; m < lay.reshaped[i]->outer_padded.size(); ++m)
         outer_real[i].push_back(b.Parameter({ElementType::I32, {}}));
-  // An elementwise rule runs on the buckets' static arrays: no sizes set.
+  // An elementwise or row-independent call runs on the buckets' static arrays: no sizes set.
   const bool masked = !Unmasked(call, lay);
   std::vector<Value> reads = ReadInputs(b, plan, lay, params, sizes, outer_real, masked);
   Call bucket_call = call;
@@ -1115,7 +1113,7 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
   if (!e.written_values.empty()) throw lowering::Unsupported("dynamic: op with writes");
   // Assertions are reductions over the inputs (index bounds): the padder
   // masks their padding like any other reduction.
-  if (!masked && !e.checks.empty()) throw lowering::Unsupported("dynamic: an elementwise rule's checks would read padding");
+  if (!masked && !e.checks.empty()) throw lowering::Unsupported("dynamic: an unmasked module's checks would read padding");
   std::vector<Value> outs;
   for (const auto& check : e.checks) {
     outs.push_back(check.ok);
@@ -1126,7 +1124,7 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
     // Static already: the dims to gather, none (its sizes must be the buffer's).
     std::vector<bool> dyn = masked ? dc.out_dynamic[k] : std::vector<bool>(result.shape().size(), false);
     if (!masked && result.type.numel() != Numel(dc.out_buffer[k]))
-      throw lowering::Unsupported("dynamic: an elementwise result off its buckets");
+      throw lowering::Unsupported("dynamic: an unmasked result off its buckets");
     if (k < lay.writes.size() && lay.writes[k]) {  // into part of its storage's padded buffer
       Value update = GatheredStatic(b, result, dyn, dc.out_bucket[k]);
       Value buffer = params.at(plan.storage_param.at(plan.dests[k].storage));

@@ -300,30 +300,32 @@ void CheckNoInternalOverlap(const OpDesc& desc, const std::vector<c10::IValue>& 
 // Index lists (Tensor?[]: index_put_, _index_put_impl_, _unsafe_index, ...)
 // may hold CPU index tensors, as on CUDA (x[:, idx] with a CPU idx, and its
 // backward): they move to the device of the call's first tpu tensor.
-void IndicesToDevice(std::vector<c10::IValue>& args) {
-  std::optional<c10::Device> device;
-  for (const auto& a : args)
-    if (a.isTensor() && a.toTensor().defined() && a.toTensor().device().type() == c10::DeviceType::PrivateUse1) {
-      device = a.toTensor().device();
-      break;
-    }
-  if (!device) return;
-  for (auto& a : args) {
-    if (!a.isList()) continue;
-    const c10::TypePtr elem = a.toList().elementType();
-    if (elem->kind() != c10::TypeKind::OptionalType ||
-        elem->castRaw<c10::OptionalType>()->getElementType()->kind() != c10::TypeKind::TensorType)
-      continue;
-    c10::List<std::optional<at::Tensor>> list = c10::impl::toTypedList<std::optional<at::Tensor>>(a.toList());
-    bool moved = false;
+// Whether schema argument `a` is an index list (Tensor?[]).
+bool IsIndexList(const c10::Argument& a) {
+  const c10::TypePtr& type = a.real_type();
+  if (type->kind() != c10::TypeKind::ListType) return false;
+  const c10::TypePtr& elem = type->castRaw<c10::ListType>()->getElementType();
+  return elem->kind() == c10::TypeKind::OptionalType &&
+         elem->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::TensorType;
+}
+
+void IndicesToDevice(const c10::FunctionSchema& schema, std::vector<c10::IValue>& args) {
+  for (size_t k = 0; k < args.size() && k < schema.arguments().size(); ++k) {
+    if (!IsIndexList(schema.arguments()[k]) || !args[k].isList()) continue;
+    c10::List<std::optional<at::Tensor>> list = c10::impl::toTypedList<std::optional<at::Tensor>>(args[k].toList());
+    bool moved = false;  // then `list` is a copy: the caller's (autograd's saved indices) stays as it was
     for (size_t i = 0; i < list.size(); ++i) {
       std::optional<at::Tensor> t = list.get(i);
-      if (t && t->defined() && t->device().is_cpu() && t->dim() > 0) {
-        list.set(i, t->to(*device));
-        moved = true;
-      }
+      if (!t || !t->defined() || !t->device().is_cpu() || t->dim() == 0) continue;
+      for (const auto& a : args)  // the call's first tpu tensor
+        if (a.isTensor() && a.toTensor().defined() && a.toTensor().device().type() == c10::DeviceType::PrivateUse1) {
+          if (!moved) list = list.copy();
+          list.set(i, t->to(a.toTensor().device()));
+          moved = true;
+          break;
+        }
     }
-    if (moved) a = list;
+    if (moved) args[k] = list;
   }
 }
 
@@ -338,7 +340,7 @@ void EagerKernel(const OpDesc& desc, const c10::OperatorHandle& op, torch::jit::
   // (mm, clone, _to_copy, ...) and a storage read with two dtypes (z * z.real):
   // resolved into plain tensors (complex.cpp).
   ResolveTensorInputs(args, desc.mutable_args, desc.out_args, desc.name);
-  IndicesToDevice(args);
+  IndicesToDevice(op.schema(), args);
   CheckNoInternalOverlap(desc, args);
   try {
     auto results = RunCall(desc, op, args);
