@@ -32,7 +32,12 @@ pool, upsample, adaptive pool, linear; SGD with momentum) on 3x32x32 images,
 warmed at batch sizes 8 and 6 (the 8-bucket), then the ragged last batches
 5, 7, 3 (a DataLoader without drop_last).
 
-    PYTHONPATH=python python3 benchmarks/new_shapes.py [--training | --fused | --static | --cnn]
+A fifth: a tiny Diffusers UNet2DConditionModel (cross-attention) forward and
+AutoencoderKL decode on 1 latent of 4 channels, warmed at latent sides 32 and
+40 (the 40-bucket: 37..40), then new sides 38 (inside it), 34 (the 36-bucket,
+new) and 36 (inside that one).
+
+    PYTHONPATH=python python3 benchmarks/new_shapes.py [--training | --fused | --static | --cnn | --diffusers]
 
 CPU eager runs with one thread (NEW_SHAPES_CPU_THREADS to change it): on a
 shared machine its multi-threaded times swing by 100x.
@@ -175,6 +180,10 @@ def main():
         return child_train()
     if "--child-cnn" in sys.argv:
         return child_cnn()
+    if "--child-diffusers" in sys.argv:
+        return child_diffusers()
+    if "--diffusers" in sys.argv:  # the Diffusers new-resolution scenario alone
+        return print_training("--child-diffusers")
     if "--cnn" in sys.argv:  # the CNN ragged-batch scenario alone
         return print_training("--child-cnn")
     if "--training" in sys.argv:  # the training scenario alone
@@ -193,6 +202,7 @@ def main():
         print_llama(cache)
     print_training()
     print_training("--child-cnn")
+    print_training("--child-diffusers")
 
 
 def print_llama(cache):
@@ -217,9 +227,9 @@ TRAIN_WARM = (12, 14)    # the 16-bucket: the second length makes it dynamic
 TRAIN_NEW = (13, 15, 11)  # new padded lengths inside it
 
 
-def _train_rows(cpu, dev, step, warm, new, batch):
+def _train_rows(cpu, dev, step, warm, new, batch, err=lambda got, want: abs(got - want)):
     """Per size in `new` (after `warm`): compiles and time of the first tpu step,
-    CPU eager's step, the best of 3 warm tpu steps, and |loss - CPU's loss|.
+    CPU eager's step, the best of 3 warm tpu steps, and err(tpu result, CPU's).
     `step(model, inputs)` returns the loss; `batch(n)` the CPU inputs of size n."""
     from torch_tpu import debug
 
@@ -240,7 +250,7 @@ def _train_rows(cpu, dev, step, warm, new, batch):
             for _ in range(3):
                 step(cpu, xs)  # the CPU model takes the same steps
             rows.append({"n": n, "seconds": dt, "compiles": compiles, "cpu_seconds": cpu_s, "warm_seconds": warm_s,
-                         "loss_err": abs(got - want)})
+                         "loss_err": err(got, want)})
     return rows
 
 
@@ -315,8 +325,47 @@ def child_cnn():
     print(json.dumps(_train_rows(cpu, dev, step, CNN_WARM, CNN_NEW, batch)))
 
 
+DIFF_WARM = (32, 40)        # latent sides: the second makes the spatial dims dynamic (bucket 40)
+DIFF_NEW = (38, 34, 36)     # inside the 40-bucket; a new bucket (36); inside it
+
+
+def child_diffusers():
+    import copy
+
+    import diffusers
+    import torch
+    import torch_tpu  # noqa: F401
+    torch.set_num_threads(int(os.environ.get("NEW_SHAPES_CPU_THREADS", "1")))
+    torch.manual_seed(0)
+    unet = diffusers.UNet2DConditionModel(
+        sample_size=32, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(32, 64),
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+        cross_attention_dim=32, attention_head_dim=8, norm_num_groups=8).eval()
+    vae = diffusers.AutoencoderKL(
+        in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
+        up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"), block_out_channels=(32, 64), layers_per_block=1,
+        latent_channels=4, norm_num_groups=8).eval()
+    cpu = (unet, vae)
+    dev = tuple(copy.deepcopy(m).to("tpu") for m in cpu)
+
+    def step(model, xs):
+        with torch.no_grad():
+            latents = model[0](xs[0], xs[1], encoder_hidden_states=xs[2]).sample
+            return model[1].decode(latents).sample.cpu()
+
+    def batch(side):
+        g = torch.Generator().manual_seed(side)
+        return [torch.randn(1, 4, side, side, generator=g), torch.tensor([10]), torch.randn(1, 7, 32, generator=g)]
+
+    print(json.dumps(_train_rows(cpu, dev, step, DIFF_WARM, DIFF_NEW, batch,
+                                 err=lambda got, want: (got - want).abs().max().item())))
+
+
 def print_training(scenario="--child-train"):
-    if scenario == "--child-cnn":
+    if scenario == "--child-diffusers":
+        print(f"\nDiffusers UNet2DConditionModel forward + AutoencoderKL decode, 1 latent, warmed at latent sides "
+              f"{DIFF_WARM} (err: max |image - CPU's|)")
+    elif scenario == "--child-cnn":
         print(f"\nCNN training step (conv, batch norm, group norm, pools, upsample; SGD), 3x32x32 images, "
               f"warmed at batch sizes {CNN_WARM}")
     else:

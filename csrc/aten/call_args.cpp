@@ -72,15 +72,15 @@ ArgPlan TensorListArg(Plan& p, const c10::IValue& v, TensorSource& tensors, cons
 }
 
 // list arguments other than Tensor[]; kind None if the element type is not one of ours.
-// `size_int`: the element keyed without its value (lowering::SizeInt).
-ArgPlan ListArg(Plan& p, c10::TypeKind elem, const c10::IValue& v, std::optional<int64_t> size_int) {
+// `size_ints`: the elements keyed without their values (lowering::SizeInt).
+ArgPlan ListArg(Plan& p, c10::TypeKind elem, const c10::IValue& v, const std::vector<int64_t>& size_ints) {
   ArgPlan a;
   if (elem == c10::TypeKind::IntType || elem == c10::TypeKind::SymIntType) {
     a.kind = Arg::Kind::IntList;
     a.literal.ints = IntList(v);
-    if (size_int && *size_int >= 0) {
+    if (!size_ints.empty()) {
       std::vector<int64_t> keyed = a.literal.ints;
-      keyed.at(*size_int) = -1;
+      for (int64_t e : size_ints) keyed.at(e) = -1;
       p.key += "L" + hlo::Ints(keyed) + "~";
     } else {
       p.key += "L" + hlo::Ints(a.literal.ints);
@@ -102,10 +102,10 @@ ArgPlan ListArg(Plan& p, c10::TypeKind elem, const c10::IValue& v, std::optional
   return a;
 }
 
-// `size_int`: arg is one of the rule's size ints (lowering::SizeInt; for an
-// int list, the element), keyed without its value.
+// `size_ints`: arg is one of the rule's size ints (lowering::SizeInt; for an
+// int list, its elements; {-1}: an int arg), keyed without its value.
 ArgPlan DecodeArg(Plan& p, const c10::Argument& arg, const c10::IValue& v, bool runtime_float,
-                  std::optional<int64_t> size_int, TensorSource& tensors, const std::string& op) {
+                  const std::vector<int64_t>& size_ints, TensorSource& tensors, const std::string& op) {
   ArgPlan a;
   if (IsNone(v)) {
     p.key += "N";
@@ -121,7 +121,7 @@ ArgPlan DecodeArg(Plan& p, const c10::Argument& arg, const c10::IValue& v, bool 
     case c10::TypeKind::SymIntType:
       a.kind = Arg::Kind::Int;
       a.literal.i = IntOf(v);
-      p.key += size_int ? std::string("I~") : "I" + std::to_string(a.literal.i);
+      p.key += !size_ints.empty() ? std::string("I~") : "I" + std::to_string(a.literal.i);
       return a;
     case c10::TypeKind::FloatType:
       return DoubleArg(p, v.toDouble(), runtime_float);
@@ -154,7 +154,7 @@ ArgPlan DecodeArg(Plan& p, const c10::Argument& arg, const c10::IValue& v, bool 
     case c10::TypeKind::ListType: {
       c10::TypePtr elem = Unwrap(type->castRaw<c10::ListType>()->getElementType());
       if (elem->kind() == c10::TypeKind::TensorType) return TensorListArg(p, v, tensors, op);
-      a = ListArg(p, elem->kind(), v, size_int);
+      a = ListArg(p, elem->kind(), v, size_ints);
       if (a.kind != Arg::Kind::None) return a;
       break;
     }
@@ -209,10 +209,18 @@ ArgPlan DecodeScalar(Plan& p, const c10::Scalar& s) {
 namespace {
 // Whether schema arg i is one of the rule's size ints with the value its
 // tensor's sizes give (lowering::SizeInt), keyed without its value: the
-// int list element (-1: an int arg), else nullopt.
-std::optional<int64_t> SizeIntOf(const Plan& plan, const lowering::RuleEntry& rule, size_t i, const c10::IValue& v) {
+// int list elements ({-1}: an int arg), else none.
+std::vector<int64_t> SizeIntsOf(const Plan& plan, const lowering::RuleEntry& rule, const std::vector<c10::IValue>& args,
+                                 size_t i) {
+  const c10::IValue& v = args[i];
+  std::vector<int64_t> keyed;
   for (const lowering::SizeInt& s : rule.dynamic.size_ints) {
     if (s.arg != i || s.tensor_arg >= plan.args.size()) continue;
+    double scale = 1.0;
+    if (s.scale_arg >= 0) {
+      if (static_cast<size_t>(s.scale_arg) >= args.size() || !args[s.scale_arg].isDouble()) continue;
+      scale = args[s.scale_arg].toDouble();
+    }
     const ArgPlan& t = plan.args[s.tensor_arg];
     if (t.kind != Arg::Kind::Tensor || t.tensors.empty() || t.tensors[0] < 0 || t.param >= 0) continue;
     int64_t value = 0;
@@ -225,9 +233,9 @@ std::optional<int64_t> SizeIntOf(const Plan& plan, const lowering::RuleEntry& ru
     } else {
       continue;
     }
-    if (s.Of(plan.inputs[t.tensors[0]].geometry.sizes) == value) return s.element;
+    if (s.Of(plan.inputs[t.tensors[0]].geometry.sizes, scale) == value) keyed.push_back(s.element);
   }
-  return std::nullopt;
+  return keyed;
 }
 }  // namespace
 
@@ -239,7 +247,7 @@ void DecodeArgs(Plan& plan, const lowering::RuleEntry& rule, const std::vector<c
       continue;
     }
     plan.args.push_back(DecodeArg(plan, schema[i], args[i], rule.IsRuntimeFloat(schema[i].name()),
-                                  SizeIntOf(plan, rule, i, args[i]), tensors, op));
+                                  SizeIntsOf(plan, rule, args, i), tensors, op));
   }
 }
 

@@ -873,12 +873,17 @@ std::vector<SizeIntValue> SizeIntsAt(const Call& call, const std::vector<std::ve
     const ArgPlan& t = plan.args[s.tensor_arg];
     const Arg& a = plan.args[s.arg].literal;
     if (t.kind != Arg::Kind::Tensor || t.tensors.empty() || t.tensors[0] < 0 || t.param >= 0) continue;
-    const int64_t real = s.Of(plan.inputs[t.tensors[0]].geometry.sizes);
+    double scale = 1.0;
+    if (s.scale_arg >= 0) {
+      if (static_cast<size_t>(s.scale_arg) >= plan.args.size() || plan.args[s.scale_arg].kind != Arg::Kind::Double) continue;
+      scale = plan.args[s.scale_arg].literal.d;
+    }
+    const int64_t real = s.Of(plan.inputs[t.tensors[0]].geometry.sizes, scale);
     const bool keyed_without = s.element < 0 ? plan.args[s.arg].kind == Arg::Kind::Int && a.i == real
                                              : plan.args[s.arg].kind == Arg::Kind::IntList &&
                                                    static_cast<size_t>(s.element) < a.ints.size() &&
                                                    a.ints[s.element] == real;
-    if (keyed_without) at.push_back({s.arg, s.element, s.Of(sizes.at(t.tensors[0]))});
+    if (keyed_without) at.push_back({s.arg, s.element, s.Of(sizes.at(t.tensors[0]), scale)});
   }
   return at;
 }
@@ -1150,6 +1155,22 @@ bool StaticResultsFit(const std::vector<std::vector<bool>>& dyn, const std::vect
   return true;
 }
 
+// Output specs with each dynamic dim at half its bucket (a stepped rule's
+// results, RuleEntry::dynamic.stepped_outputs); none when the op refuses
+// those sizes (a kernel larger than half the bucket).
+std::vector<OutputSpec> HalfBucketSpecs(const Call& call, const c10::OperatorHandle& op,
+                                        const std::vector<c10::IValue>& args, const DynamicLayout& lay) {
+  std::vector<std::vector<int64_t>> half = lay.in_bucket;
+  for (size_t i = 0; i < half.size(); ++i)
+    for (size_t d = 0; d < half[i].size(); ++d)
+      if (lay.in_dynamic[i][d]) half[i][d] = (half[i][d] + 1) / 2;
+  try {
+    return MetaSpecsAt(call, op, args, half);
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
 // Compiles the executable of `key` (nullptr: the signature stays exact; the
 // call alone runs exact when its static result dims do not fit: `*unfit`).
 DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const c10::OperatorHandle& op,
@@ -1162,6 +1183,8 @@ DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const 
       if (lay.in_dynamic[i][d]) --smaller[i][d];
   std::vector<OutputSpec> bucket_specs = MetaSpecsAt(call, op, args, lay.in_bucket);
   std::vector<OutputSpec> smaller_specs = MetaSpecsAt(call, op, args, smaller);
+  const std::vector<OutputSpec> half_specs = call.desc->rule->dynamic.stepped_outputs
+      ? HalfBucketSpecs(call, op, args, lay) : std::vector<OutputSpec>{};
   // The tensors the op writes beside its results (RuleEntry::extra_mutated_args:
   // batch norm's running statistics) keep their sizes.
   if (bucket_specs.size() + call.desc->rule->extra_mutated_args.size() == call.specs.size())
@@ -1176,7 +1199,10 @@ DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const 
     if (smaller_specs[k].sizes.size() != big.size() || big.size() != call.specs[k].sizes.size())
       return nullptr;
     std::vector<bool> dyn(big.size());
-    for (size_t d = 0; d < big.size(); ++d) dyn[d] = big[d] != smaller_specs[k].sizes[d];
+    for (size_t d = 0; d < big.size(); ++d) {
+      dyn[d] = big[d] != smaller_specs[k].sizes[d];
+      if (k < half_specs.size() && half_specs[k].sizes.size() == big.size()) dyn[d] = dyn[d] || big[d] != half_specs[k].sizes[d];
+    }
     dc.out_dynamic.push_back(dyn);
     dc.out_bucket.push_back(big);
     // A partial write's strides are its window's (gaps): its order is unused.

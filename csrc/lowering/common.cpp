@@ -1,4 +1,5 @@
 // The rule registry, type promotion, broadcasting and view read/write.
+#include <cmath>
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
@@ -112,11 +113,13 @@ void StaticDims::From(size_t arg, size_t first) {
   for (size_t d = first; d < Rank(arg); ++d) Dim(arg, d);
 }
 
-int64_t SizeInt::Of(const std::vector<int64_t>& sizes) const {
+int64_t SizeInt::Of(const std::vector<int64_t>& sizes, double scale) const {
   const size_t end = last < 0 ? sizes.size() : std::min(sizes.size(), static_cast<size_t>(last));
   int64_t n = 1;
   for (size_t d = first; d < end; ++d) n *= sizes[d];
-  return n;
+  if (scale_arg < 0) return n;
+  const double scaled = divided ? static_cast<double>(n) / scale : static_cast<double>(n) * scale;
+  return static_cast<int64_t>(std::floor(scaled));  // as PyTorch's output sizes
 }
 
 void StaticDims::Last(size_t arg, size_t n) {
@@ -311,6 +314,35 @@ Value Coordinates(Builder& b, Value index, int64_t dim) {
     cols.push_back(b.Reshape(v, column));
   }
   return b.Concatenate(cols, index.rank());
+}
+
+Value ElementCount(Builder& b, const Value& x, const std::vector<int64_t>& dims, int64_t times, ElementType t) {
+  int64_t fixed = times;
+  Value n;
+  for (int64_t d : dims) {
+    if (d >= static_cast<int64_t>(x.type.dynamic.size()) || !x.type.dynamic[d]) {
+      fixed *= x.shape()[d];
+      continue;
+    }
+    Value size = b.GetDimensionSize(x, d);
+    n = n.valid() ? b.Binary("multiply", n, size) : size;
+  }
+  if (!n.valid()) return b.Constant(t, static_cast<double>(fixed));
+  return b.Convert(b.Binary("multiply", n, b.ConstantInt(ElementType::I32, fixed)), t);
+}
+
+Value StaticFilled(Builder& b, Value x, double fill) {
+  Value inside;  // i1: whether each element is a real one
+  for (int64_t d = 0; d < static_cast<int64_t>(x.type.dynamic.size()); ++d) {
+    if (!x.type.dynamic[d]) continue;
+    Value size = b.GetDimensionSize(x, d);
+    x = b.SetDimensionSize(x, b.ConstantInt(ElementType::I32, x.shape()[d]), d, true);
+    Value pos = b.Iota(TensorType{ElementType::I32, x.shape()}, d);
+    Value in_d = b.Compare("LT", pos, b.BroadcastInDim(size, x.shape(), {}));
+    inside = inside.valid() ? b.Binary("and", inside, in_d) : in_d;
+  }
+  if (!inside.valid()) return x;
+  return b.Select(inside, x, b.Splat(x.dtype(), fill, x.shape()));
 }
 
 Value As(Builder& b, Value v, ElementType t, const std::vector<int64_t>& shape) {

@@ -166,6 +166,27 @@ Geometry ReadGeometry(const std::vector<Arg>& a, size_t stride_arg, int64_t n,
   return g;
 }
 
+// The forward convolution's output size along spatial dim i for an input of size `in`.
+int64_t ForwardSize(const Geometry& g, int64_t i, int64_t in, int64_t k) {
+  return (in + 2 * g.padding[i] - Dilated(k, g.dilation[i])) / g.stride[i] + 1;
+}
+
+// The gradient `gy` (zeros past its real elements) cut or zero-padded to the
+// forward convolution's output at the spatial sizes of `x` (bucket sizes:
+// the gradient's bucket may be larger or smaller than the bucket's output).
+Value FitGradient(Builder& b, Value gy, const Value& x, const Value& w, const Geometry& g) {
+  std::vector<int64_t> fit = gy.shape();
+  for (int64_t i = 0; i < g.n; ++i) fit[2 + i] = ForwardSize(g, i, x.shape()[2 + i], w.shape()[2 + i]);
+  if (fit == gy.shape()) return gy;
+  std::vector<int64_t> zeros(gy.rank(), 0), cut(gy.rank()), grow(gy.rank(), 0), ones(gy.rank(), 1);
+  for (int64_t d = 0; d < gy.rank(); ++d) {
+    cut[d] = std::min(fit[d], gy.shape()[d]);
+    grow[d] = fit[d] - cut[d];
+  }
+  gy = b.Slice(gy, zeros, cut, ones);
+  return b.Pad(gy, b.Constant(gy.dtype(), 0), zeros, grow, zeros);
+}
+
 void CheckTypes(const Value& x, const Value& w) {
   if (!hlo::IsFloat(x.dtype()) || x.dtype() != w.dtype())
     throw Unsupported("convolution of non-float or mixed-dtype tensors");
@@ -178,7 +199,9 @@ void CheckTypes(const Value& x, const Value& w) {
 std::vector<Value> Convolution(Context& c, const std::vector<Arg>& a) {
   Builder& b = c.b;
   const TensorType& out = c.outputs.at(0);
-  Value x = a.at(0).tensor, w = a.at(1).tensor;
+  // Dynamic spatial dims: the convolution runs static at the bucket on the
+  // input's zero-filled padding (its real output elements are the exact ones).
+  Value x = StaticFilled(b, a.at(0).tensor, 0), w = a.at(1).tensor;
   CheckTypes(x, w);
   int64_t n = w.rank() - 2;
   Geometry g = ReadGeometry(a, 3, n, 7, 8);
@@ -196,12 +219,18 @@ std::vector<Value> Convolution(Context& c, const std::vector<Arg>& a) {
 //   -> (grad_input, grad_weight, grad_bias)
 std::vector<Value> ConvolutionBackward(Context& c, const std::vector<Arg>& a) {
   Builder& b = c.b;
-  Value gy = a.at(0).tensor, x = a.at(1).tensor, w = a.at(2).tensor;
+  // Dynamic dims: static at the buckets, zeros past the real elements (as
+  // the forward); the forward's output at the input's bucket may differ
+  // from the gradient's bucket.
+  const bool dynamic = a.at(0).tensor.type.is_dynamic() || a.at(1).tensor.type.is_dynamic();
+  Value gy = StaticFilled(b, a.at(0).tensor, 0), x = StaticFilled(b, a.at(1).tensor, 0), w = a.at(2).tensor;
   CheckTypes(x, w);
   if (gy.dtype() != x.dtype()) throw Unsupported("convolution_backward of mixed dtypes");
   int64_t n = w.rank() - 2;
   Geometry g = ReadGeometry(a, 4, n, 8, 9);
   bool transposed = a.at(7).i != 0;
+  if (dynamic && transposed) x = FitGradient(b, x, gy, w, g);  // x is the forward's output here
+  else if (dynamic) gy = FitGradient(b, gy, x, w, g);
   std::vector<int64_t> mask = a.at(10).ints;
   mask.resize(3, 1);
   // The dispatcher lists only the defined results (all three when it
@@ -231,18 +260,20 @@ std::vector<Value> ConvolutionBackward(Context& c, const std::vector<Arg>& a) {
 }
 
 const bool registered = [] {
+  // Bounded dynamic shapes: batch and spatial dims (a new image size runs
+  // static at its bucket on zero-filled padding); channels and weights static.
   Register("convolution", Convolution).Dynamic([](const std::vector<Arg>&, StaticDims& s) {
-    s.From(0, 1);  // (input, weight, bias?, ...)
+    s.Dim(0, 1);  // (input, weight, bias?, ...)
     s.All(1);
     s.All(2);
-    s.Because("a convolution's spatial and channel dims are static");
-  });
+    s.Because("a convolution's channel dims are static");
+  }).dynamic.stepped_outputs = true;
   Register("convolution_backward", ConvolutionBackward).Dynamic([](const std::vector<Arg>&, StaticDims& s) {
-    s.From(0, 1);  // (grad_output, input, weight, ...)
-    s.From(1, 1);
+    s.Dim(0, 1);  // (grad_output, input, weight, ...)
+    s.Dim(1, 1);
     s.All(2);
-    s.Because("a convolution's spatial and channel dims are static");
-  });
+    s.Because("a convolution's channel dims are static");
+  }).dynamic.stepped_outputs = true;
   return true;
 }();
 

@@ -95,23 +95,65 @@ TEST(DynamicShapes, GroupNormReadsItsSizeIntsOffItsInput) {
   EXPECT_EQ(gn->dynamic.size_ints[1].Of(x), 8);
   EXPECT_EQ(gn->dynamic.size_ints[2].Of(x), 20);
   EXPECT_EQ(Find("native_group_norm_backward")->dynamic.size_ints[2].arg, 7u);
-  // upsample_nearest2d_backward(grad_output, output_size, input_size, ...):
-  // input_size[0] is grad_output's batch.
+  // upsample_nearest2d_backward(grad_output, output_size, input_size, scales_h, scales_w):
+  // input_size[0] is grad_output's batch; output_size[j] its spatial sizes,
+  // input_size[2 + j] those divided by the scales.
   const std::vector<SizeInt>& up = Find("upsample_nearest2d_backward")->dynamic.size_ints;
-  ASSERT_EQ(up.size(), 1u);
+  ASSERT_EQ(up.size(), 5u);
   EXPECT_EQ(up[0].arg, 2u);
   EXPECT_EQ(up[0].element, 0);
   EXPECT_EQ(up[0].Of(x), 6);
+  EXPECT_EQ(up[1].arg, 1u);
+  EXPECT_EQ(up[1].element, 0);
+  EXPECT_EQ(up[1].Of(x), 5);
+  EXPECT_EQ(up[2].arg, 2u);
+  EXPECT_EQ(up[2].element, 2);
+  EXPECT_EQ(up[2].scale_arg, 3);
+  EXPECT_EQ(up[2].Of(x, 2.0), 2);  // floor(5 / 2)
+  // A group norm's spatial dims are dynamic too (its group's elements counted at run time).
   auto [dims, exact] = StaticOf("native_group_norm", {TensorOf({6, 8, 5, 4}), TensorOf({8}), TensorOf({8})});
-  EXPECT_EQ(dims, (std::set<std::pair<size_t, size_t>>{{0, 1}, {0, 2}, {0, 3}, {1, 0}, {2, 0}}));
+  EXPECT_EQ(dims, (std::set<std::pair<size_t, size_t>>{{0, 1}, {1, 0}, {2, 0}}));
 }
 
-TEST(DynamicShapes, ConvolutionsAndPoolingsAreDynamicInTheirBatchOnly) {
-  // convolution(input [b, 3, 16, 16], weight [8, 3, 3, 3], bias [8], ...)
+Arg DoubleOf(double d) {
+  Arg a;
+  a.kind = Arg::Kind::Double;
+  a.d = d;
+  return a;
+}
+
+TEST(DynamicShapes, NearestUpsamplingByItsScalesIsDynamicInSpace) {
+  // upsample_nearest2d(self [2, 8, 5, 7], output_size, scales_h, scales_w):
+  // output_size floor(in * scale) is a SizeInt of the input's spatial dims.
+  const RuleEntry* up = Find("upsample_nearest2d");
+  ASSERT_TRUE(up);
+  ASSERT_EQ(up->dynamic.size_ints.size(), 2u);
+  EXPECT_EQ(up->dynamic.size_ints[1].Of({2, 8, 5, 7}, 1.5), 10);  // floor(7 * 1.5)
+  const Arg x = TensorOf({2, 8, 5, 7});
+  Arg none;
+  const std::set<std::pair<size_t, size_t>> channels{{0, 1}}, batch_only{{0, 1}, {0, 2}, {0, 3}};
+  EXPECT_EQ(StaticOf("upsample_nearest2d", {x, Literal(Arg::Kind::IntList, 0, {10, 14}), DoubleOf(2), DoubleOf(2)}).first,
+            channels);
+  // An output_size alone (its map is the ratio of the sizes), or one the scales do not give: static.
+  EXPECT_EQ(StaticOf("upsample_nearest2d", {x, Literal(Arg::Kind::IntList, 0, {10, 14}), none, none}).first, batch_only);
+  EXPECT_EQ(StaticOf("upsample_nearest2d", {x, Literal(Arg::Kind::IntList, 0, {11, 14}), DoubleOf(2), DoubleOf(2)}).first,
+            batch_only);
+  // Bilinear reads the next input element at the border: static in space.
+  EXPECT_EQ(StaticOf("upsample_bilinear2d", {x, Literal(Arg::Kind::IntList, 0, {10, 14}), Literal(Arg::Kind::Bool),
+                                             DoubleOf(2), DoubleOf(2)}).first,
+            batch_only);
+}
+
+TEST(DynamicShapes, ConvolutionsAreDynamicInBatchAndSpacePoolingsInTheirBatch) {
+  // convolution(input [b, 3, 16, 16], weight [8, 3, 3, 3], bias [8], ...):
+  // static at the bucket on zero-filled padding; its strided results follow
+  // the input in steps.
   auto [conv, exact] = StaticOf("convolution", {TensorOf({2, 3, 16, 16}), TensorOf({8, 3, 3, 3}), TensorOf({8})});
   EXPECT_EQ(exact, nullptr);
-  std::set<std::pair<size_t, size_t>> want{{0, 1}, {0, 2}, {0, 3}, {1, 0}, {1, 1}, {1, 2}, {1, 3}, {2, 0}};
+  std::set<std::pair<size_t, size_t>> want{{0, 1}, {1, 0}, {1, 1}, {1, 2}, {1, 3}, {2, 0}};
   EXPECT_EQ(conv, want);
+  EXPECT_TRUE(Find("convolution")->dynamic.stepped_outputs);
+  EXPECT_TRUE(Find("convolution_backward")->dynamic.stepped_outputs);
   // max_pool2d_with_indices(self [b, c, h, w]) and an unbatched [c, h, w] one.
   EXPECT_EQ(StaticOf("max_pool2d_with_indices", {TensorOf({2, 8, 6, 6})}).first,
             (std::set<std::pair<size_t, size_t>>{{0, 1}, {0, 2}, {0, 3}}));

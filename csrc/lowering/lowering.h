@@ -133,12 +133,18 @@ using StaticDimsRule = std::function<void(const std::vector<Arg>&, StaticDims&)>
 // value for it (the tensor's sizes already say it), so a new batch size
 // keeps the op's dynamic signature, and a bounded-dynamic module gets it at
 // the bucket's sizes.
+// With `scale_arg`, the int is that product times a float arg, floored (a
+// nearest upsampling's output_size[j] = floor(in[j] * scales[j])); a call
+// whose scale is None keeps the int in its key.
 struct SizeInt {
   size_t arg = 0, tensor_arg = 0;
   size_t first = 0;
   int64_t last = -1;
   int64_t element = -1;  // an int list arg's element; -1: an int arg
-  int64_t Of(const std::vector<int64_t>& sizes) const;  // the product for these sizes
+  int64_t scale_arg = -1;  // a float arg scaling the product; -1: none
+  bool divided = false;    // the product divided by the scale (an upsampling backward's input size)
+  // The int for these sizes (and this scale, when it has a scale_arg).
+  int64_t Of(const std::vector<int64_t>& sizes, double scale = 1.0) const;
 };
 
 // Whether a rule may run bounded-dynamic: it stays correct when dims of its
@@ -185,6 +191,10 @@ struct DynamicShapes {
   // padding computes elements no one reads). Empty: none.
   StaticDimsRule independent_dims;
   std::vector<SizeInt> size_ints;
+  // A result dim may follow its input dims in steps (a strided window: 39
+  // and 40 rows give 20): its dynamic dims are found by comparing the
+  // results at the bucket with those at half the bucket as well.
+  bool stepped_outputs = false;
 };
 
 // One entry of the table: the rule and what the dispatcher must know about
@@ -316,6 +326,17 @@ Value MaxMin(Builder& b, Value x, Value y, bool is_max);
 // index.shape + [rank]; coordinate d is `index` for d == dim, else the
 // position along d.
 Value Coordinates(Builder& b, Value index, int64_t dim);
+// The number of elements of x along `dims`, times `times`, as a rank-0
+// value of type t: counted at run time when some of those dims are
+// bounded-dynamic (a ragged batch, a new image size), so that a mean never
+// counts the padding.
+Value ElementCount(Builder& b, const Value& x, const std::vector<int64_t>& dims, int64_t times, ElementType t);
+// x with its bounded-dynamic dims made static at their bounds, the elements
+// past each dim's runtime size set to `fill` (a convolution's zeros: a
+// window op then runs static at the bucket, and each real result element
+// equals the exact-size op's, the padding acting as its zero padding).
+// Static x: x itself.
+Value StaticFilled(Builder& b, Value x, double fill);
 // Row-major strides (in elements) of a dense tensor of these sizes.
 std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes);
 

@@ -123,6 +123,22 @@ std::vector<Value> NllBackward(Context& c, const std::vector<Arg>& a) {
   return {c.b.Convert(c.b.Reshape(grad, out.shape), out.dtype)};
 }
 
+// The number of elements of `shape`, the broadcast of self and target, as a
+// rank-0 value of type t: a dim bounded-dynamic in either counts at run time.
+Value MseCount(Builder& b, const Value& self, const Value& target, const std::vector<int64_t>& shape, ElementType t) {
+  Value n = b.Constant(t, 1);
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+    Value size = b.Constant(t, static_cast<double>(shape[d]));
+    for (const Value* v : {&self, &target}) {
+      const int64_t vd = d - static_cast<int64_t>(shape.size()) + v->rank();
+      if (vd >= 0 && vd < static_cast<int64_t>(v->type.dynamic.size()) && v->type.dynamic[vd])
+        size = ElementCount(b, *v, {vd}, 1, t);
+    }
+    n = b.Binary("multiply", n, size);
+  }
+  return n;
+}
+
 const bool registered = [] {
   Register("threshold_backward", [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = c.outputs.at(0);
@@ -170,7 +186,8 @@ const bool registered = [] {
   bwd.dynamic.rows_when = [](const std::vector<Arg>& a) { return a.at(1).tensor.rank() == 2; };
   Register("nll_loss2d_forward", NllForward);
   Register("nll_loss2d_backward", NllBackward);
-  // mse_loss(self, target, int reduction=Mean)
+  // mse_loss(self, target, int reduction=Mean). Bounded dynamic shapes: a
+  // mean counts the real elements (MseCount); XLA masks the sum.
   Register("mse_loss", [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = c.outputs.at(0);
     ElementType ct = ComputeType(out.dtype);
@@ -178,28 +195,24 @@ const bool registered = [] {
     Value d = c.b.Binary("subtract", As(c.b, a[0], ct, shape), As(c.b, a[1], ct, shape));
     Value sq = c.b.Binary("multiply", d, d);
     Value r = sq;
-    int64_t numel = 1;
-    for (int64_t s : shape) numel *= s;
     if (a[2].i == kSum) r = SumAll(c.b, sq);
-    if (a[2].i == kMean)
-      r = c.b.Binary("divide", SumAll(c.b, sq), c.b.Constant(ct, static_cast<double>(numel)));
+    if (a[2].i == kMean) r = c.b.Binary("divide", SumAll(c.b, sq), MseCount(c.b, a[0].tensor, a[1].tensor, shape, ct));
     return std::vector<Value>{c.b.Convert(c.b.Reshape(r, out.shape), out.dtype)};
-  });
+  }).Dynamic();
   // mse_loss_backward(grad_output, self, target, int reduction)
   Register("mse_loss_backward", [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = c.outputs.at(0);
     ElementType ct = ComputeType(out.dtype);
     Value d = c.b.Binary("subtract", As(c.b, a[1], ct, out.shape), As(c.b, a[2], ct, out.shape));
     Value g = As(c.b, a[0], ct, out.shape);
-    double scale = 2.0;
+    Value scale = c.b.Constant(ct, 2.0);
     if (a[3].i == kMean) {
-      int64_t numel = 1;
-      for (int64_t s : out.shape) numel *= s;
-      scale /= static_cast<double>(std::max<int64_t>(numel, 1));
+      Value n = c.b.Binary("maximum", MseCount(c.b, a[1].tensor, a[2].tensor, out.shape, ct), c.b.Constant(ct, 1));
+      scale = c.b.Binary("divide", scale, n);
     }
-    Value r = c.b.Binary("multiply", c.b.Binary("multiply", d, g), c.b.Splat(ct, scale, out.shape));
+    Value r = c.b.Binary("multiply", c.b.Binary("multiply", d, g), c.b.BroadcastInDim(scale, out.shape, {}));
     return std::vector<Value>{c.b.Convert(r, out.dtype)};
-  });
+  }).Dynamic();
   return true;
 }();
 

@@ -43,25 +43,18 @@ Value DivN(Builder& b, Value x, int64_t n) {
   return b.Binary("divide", x, b.Splat(x.dtype(), static_cast<double>(n), x.shape()));
 }
 
+// x / n, n a rank-0 count.
+Value DivCount(Builder& b, Value x, Value n) {
+  return b.Binary("divide", x, b.BroadcastInDim(n, x.shape(), {}));
+}
+
 // The number of elements per channel of a batch norm's input x (all dims
-// but 1), as a [ch] splat of type t: counted at run time when x has
-// bounded-dynamic dims (a ragged batch), so the padding is never counted.
+// but 1), as a [ch] splat of type t (CountOf).
 Value PerChannelCount(Builder& b, const Value& x, ElementType t) {
-  const int64_t ch = x.shape()[1];
-  int64_t fixed = 1;
-  Value n;
-  for (int64_t d = 0; d < x.rank(); ++d) {
-    if (d == 1) continue;
-    if (d >= static_cast<int64_t>(x.type.dynamic.size()) || !x.type.dynamic[d]) {
-      fixed *= x.shape()[d];
-      continue;
-    }
-    Value size = b.GetDimensionSize(x, d);
-    n = n.valid() ? b.Binary("multiply", n, size) : size;
-  }
-  if (!n.valid()) return b.Splat(t, static_cast<double>(fixed), {ch});
-  n = b.Convert(b.Binary("multiply", n, b.ConstantInt(ElementType::I32, fixed)), t);
-  return b.BroadcastInDim(n, {ch}, {});
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < x.rank(); ++d)
+    if (d != 1) dims.push_back(d);
+  return b.BroadcastInDim(ElementCount(b, x, dims, 1, t), {x.shape()[1]}, {});
 }
 
 Value Mul(Builder& b, Value x, Value y) { return b.Binary("multiply", x, y); }
@@ -179,6 +172,38 @@ std::vector<Value> LayerNormBackward(Context& c, const std::vector<Arg>& a) {
 
 // ---------------------------------------------------------------- group norm
 
+// A group norm's view of its input x: [N, G, C/G, spatial...] when N, C
+// and HxW are x's own sizes (no dims merged: a dynamic spatial dim stays one
+// dim, masked by XLA's padder), else [N, G, C/G * HxW] (N and HxW given
+// apart from x's split: x's elements read in order). `count`: the elements
+// of one group (at run time for dynamic dims).
+struct Groups {
+  std::vector<int64_t> shape;
+  std::vector<int64_t> inner;  // the dims of one group: 2..
+  Value count;
+  bool own_split = false;  // [N, G, C/G, spatial...]
+};
+
+Groups GroupsOf(Builder& b, const Value& x, int64_t n, int64_t ch, int64_t hw, int64_t g, ElementType t) {
+  const std::vector<int64_t>& s = x.shape();
+  int64_t spatial = 1;
+  for (int64_t d = 2; d < x.rank(); ++d) spatial *= s[d];
+  Groups r;
+  r.own_split = x.rank() >= 2 && s[0] == n && s[1] == ch && spatial == hw;
+  if (r.own_split) {
+    r.shape = {n, g, ch / g};
+    r.shape.insert(r.shape.end(), s.begin() + 2, s.end());
+    std::vector<int64_t> dims;
+    for (int64_t d = 2; d < x.rank(); ++d) dims.push_back(d);
+    r.count = ElementCount(b, x, dims, ch / g, t);
+  } else {
+    r.shape = {n, g, ch / g * hw};
+    r.count = b.Constant(t, static_cast<double>(ch / g * hw));
+  }
+  for (int64_t d = 2; d < static_cast<int64_t>(r.shape.size()); ++d) r.inner.push_back(d);
+  return r;
+}
+
 // native_group_norm(input, weight?, bias?, N, C, HxW, group, eps)
 //   -> (out, mean [N, G], rstd [N, G])
 std::vector<Value> GroupNorm(Context& c, const std::vector<Arg>& a) {
@@ -186,20 +211,22 @@ std::vector<Value> GroupNorm(Context& c, const std::vector<Arg>& a) {
   Value x = a.at(0).tensor;
   int64_t n = a.at(3).i, ch = a.at(4).i, hw = a.at(5).i, g = a.at(6).i;
   if (g <= 0 || ch % g != 0) throw Unsupported("native_group_norm: C not divisible by group");
-  int64_t d = ch / g;
   ElementType ct = NormComputeType({&a[0], &a[1], &a[2]});
   double eps = a.at(7).d;
-  std::vector<int64_t> grouped{n, g, d * hw};
+  Groups gr = GroupsOf(b, x, n, ch, hw, g, ct);
+  const std::vector<int64_t>& grouped = gr.shape;
   Value xf = b.Reshape(b.Convert(x, ct), grouped);
-  Value mean = DivN(b, Sum(b, xf, {2}), d * hw);
+  Value mean = DivCount(b, Sum(b, xf, gr.inner), gr.count);
   Value xc = Sub(b, xf, b.BroadcastInDim(mean, grouped, {0, 1}));
-  Value var = DivN(b, Sum(b, Mul(b, xc, xc), {2}), d * hw);
+  Value var = DivCount(b, Sum(b, Mul(b, xc, xc), gr.inner), gr.count);
   Value rstd = InvStd(b, var, eps, false);
-  Value y = b.Reshape(Mul(b, xc, b.BroadcastInDim(rstd, grouped, {0, 1})), {n, ch, hw});
+  // [N, C, ...]: x's own dims (no dynamic dims merged), or N, C and HxW given.
+  std::vector<int64_t> rows = gr.own_split ? x.shape() : std::vector<int64_t>{n, ch, hw};
+  Value y = b.Reshape(Mul(b, xc, b.BroadcastInDim(rstd, grouped, {0, 1})), rows);
   if (IsTensor(a.at(1)))
-    y = Mul(b, y, b.BroadcastInDim(b.Convert(a[1].tensor, ct), {n, ch, hw}, {1}));
+    y = Mul(b, y, b.BroadcastInDim(b.Convert(a[1].tensor, ct), rows, {1}));
   if (IsTensor(a.at(2)))
-    y = Add(b, y, b.BroadcastInDim(b.Convert(a[2].tensor, ct), {n, ch, hw}, {1}));
+    y = Add(b, y, b.BroadcastInDim(b.Convert(a[2].tensor, ct), rows, {1}));
   const auto& outs = c.outputs;
   return {b.Convert(b.Reshape(y, x.shape()), outs.at(0).dtype),
           b.Convert(b.Reshape(mean, outs.at(1).shape), outs.at(1).dtype),
@@ -215,7 +242,13 @@ std::vector<Value> GroupNormBackward(Context& c, const std::vector<Arg>& a) {
   if (g <= 0 || ch % g != 0) throw Unsupported("native_group_norm_backward: C not divisible by group");
   int64_t d = ch / g;
   ElementType ct = NormComputeType({&a[0], &a[1], &a[4]});
-  std::vector<int64_t> s4{n, g, d, hw};
+  Groups gr = GroupsOf(b, x, n, ch, hw, g, ct);
+  std::vector<int64_t> s4{n, g, d};  // [N, G, C/G, spatial...] or [N, G, C/G, HxW]
+  if (gr.own_split) s4.insert(s4.end(), x.shape().begin() + 2, x.shape().end());
+  else s4.push_back(hw);
+  std::vector<int64_t> inner, outer{0};  // a group's dims; a channel's other dims
+  for (int64_t k = 2; k < static_cast<int64_t>(s4.size()); ++k) inner.push_back(k);
+  for (int64_t k = 3; k < static_cast<int64_t>(s4.size()); ++k) outer.push_back(k);
   Value dy = b.Reshape(b.Convert(a.at(0).tensor, ct), s4);
   Value xf = b.Reshape(b.Convert(x, ct), s4);
   Value mean = b.BroadcastInDim(Stat(b, a.at(2), ct, {n, g}), s4, {0, 1});
@@ -225,12 +258,11 @@ std::vector<Value> GroupNormBackward(Context& c, const std::vector<Arg>& a) {
   Value gy = dy;
   if (has_weight)
     gy = Mul(b, dy, b.BroadcastInDim(b.Reshape(b.Convert(a[4].tensor, ct), {g, d}), s4, {1, 2}));
-  int64_t count = d * hw;
-  Value mean_g = b.BroadcastInDim(DivN(b, Sum(b, gy, {2, 3}), count), s4, {0, 1});
-  Value mean_gx = b.BroadcastInDim(DivN(b, Sum(b, Mul(b, gy, xhat), {2, 3}), count), s4, {0, 1});
+  Value mean_g = b.BroadcastInDim(DivCount(b, Sum(b, gy, inner), gr.count), s4, {0, 1});
+  Value mean_gx = b.BroadcastInDim(DivCount(b, Sum(b, Mul(b, gy, xhat), inner), gr.count), s4, {0, 1});
   Value dx = Mul(b, rstd, Sub(b, Sub(b, gy, mean_g), Mul(b, xhat, mean_gx)));
-  Value dw = b.Reshape(Sum(b, Mul(b, dy, xhat), {0, 3}), {ch});
-  Value db = b.Reshape(Sum(b, dy, {0, 3}), {ch});
+  Value dw = b.Reshape(Sum(b, Mul(b, dy, xhat), outer), {ch});
+  Value db = b.Reshape(Sum(b, dy, outer), {ch});
   ElementType wt = has_weight ? a[4].tensor.dtype() : x.dtype();
   return {b.Convert(b.Reshape(dx, x.shape()), x.dtype()), b.Convert(dw, wt), b.Convert(db, wt)};
 }
@@ -477,23 +509,24 @@ const bool registered = [] {
         s.All(5);
         s.All(6);
       });
-  // Bounded dynamic shapes: the batch dim (a ragged batch, a new number of
-  // images); N, C and HxW are read off the input's sizes (SizeInt), so a
-  // new batch size keeps the signature. Channels and spatial dims static.
+  // Bounded dynamic shapes: the batch and spatial dims (a ragged batch, a
+  // new image size: a group's elements counted at run time); N, C and HxW
+  // are read off the input's sizes (SizeInt), so a new size keeps the
+  // signature. Channels static.
   RuleEntry& group_norm = Register("native_group_norm", GroupNorm)
       .Dynamic([](const std::vector<Arg>&, StaticDims& s) {  // (input, weight?, bias?, N, C, HxW, group, eps)
-        s.From(0, 1);
+        s.Dim(0, 1);
         s.All(1);
         s.All(2);
-        s.Because("a group norm's channel and spatial dims are static");
+        s.Because("a group norm's channel dim is static");
       });
   group_norm.dynamic.size_ints = {{3, 0, 0, 1}, {4, 0, 1, 2}, {5, 0, 2, -1}};
   // (grad_out, input, mean [N, group], rstd, weight?, N, C, HxW, group, output_mask)
   RuleEntry& group_norm_backward = Register("native_group_norm_backward", GroupNormBackward)
       .Dynamic([](const std::vector<Arg>&, StaticDims& s) {
-        for (size_t arg : {0, 1, 2, 3}) s.From(arg, 1);
+        for (size_t arg : {0, 1, 2, 3}) s.Dim(arg, 1);
         s.All(4);
-        s.Because("a group norm's channel and spatial dims are static");
+        s.Because("a group norm's channel dim is static");
       });
   group_norm_backward.dynamic.size_ints = {{5, 1, 0, 1}, {6, 1, 1, 2}, {7, 1, 2, -1}};
 

@@ -252,7 +252,9 @@ std::vector<Map> UpsampleMaps(Mode mode, const std::vector<int64_t>& in,
 Rule UpsampleRule(Mode mode, int64_t n, bool backward) {
   return [mode, n, backward](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = c.outputs.at(0);
-    Value x = a.at(0).tensor;
+    // A backward's gradient with dynamic dims: zeros past its real elements
+    // (a padding element may map onto a real input element).
+    Value x = backward ? StaticFilled(c.b, a.at(0).tensor, 0) : a.at(0).tensor;
     bool interp = mode == Mode::Linear || mode == Mode::Cubic;
     size_t next = backward ? 3 : 2;
     bool align = interp ? a.at(next++).i != 0 : false;
@@ -728,11 +730,70 @@ StaticDimsRule BatchOnly(std::vector<size_t> args, int64_t n) {
   };
 }
 
+// Whether a nearest upsampling's spatial sizes follow its scales: each
+// scale given and, for `sizes` (the input's spatial sizes), output_size[j]
+// is floor(sizes[j] * scales[j]) (`divided`: sizes are the output's and the
+// input's are floor(sizes[j] / scales[j])); `ints`: the sizes checked.
+bool FollowsScales(const std::vector<Arg>& a, size_t first_scale, const std::vector<int64_t>& sizes,
+                   const std::vector<int64_t>& ints, bool divided) {
+  if (a.size() < first_scale + sizes.size() || ints.size() < sizes.size()) return false;
+  for (size_t j = 0; j < sizes.size(); ++j) {
+    const Arg& scale = a[first_scale + j];
+    if (scale.kind != Arg::Kind::Double || scale.d <= 0) return false;
+    const double s = divided ? static_cast<double>(sizes[j]) / scale.d : static_cast<double>(sizes[j]) * scale.d;
+    if (ints[ints.size() - sizes.size() + j] != static_cast<int64_t>(std::floor(s))) return false;
+  }
+  return true;
+}
+
+std::vector<int64_t> Spatial(const Arg& t, int64_t n) {
+  const std::vector<int64_t>& s = t.tensor.shape();
+  return std::vector<int64_t>(s.end() - std::min<int64_t>(n, static_cast<int64_t>(s.size())), s.end());
+}
+
+// A nearest upsampling (or its backward) with its scales given (an
+// interpolate(scale_factor=...)) maps output element o to input element
+// floor(o / scale) (nearest-exact: of o + 0.5) whatever the sizes, and no
+// real output element reads past the real input: its spatial dims may be
+// dynamic too, its output_size (and the backward's input_size) being
+// SizeInts keyed without their values (the backward zeroes its gradient's
+// padding). With an output_size alone (the map depends on the ratio of the
+// sizes) they stay static, as its channels do.
+void NearestUpsample(const std::string& name, Rule rule, int64_t n) {
+  RuleEntry& e = Register(name, std::move(rule)).Dynamic([n](const std::vector<Arg>& a, StaticDims& s) {
+    if (a.empty() || a[0].kind != Arg::Kind::Tensor || !FollowsScales(a, 2, Spatial(a[0], n), a.at(1).ints, false))
+      return BatchOnly({0}, n)(a, s);
+    s.Dim(0, 1);
+    s.Because("an upsampling's channel dim is static");
+  });
+  for (int64_t j = 0; j < n; ++j)
+    e.dynamic.size_ints.push_back({1, 0, static_cast<size_t>(2 + j), 3 + j, j, 2 + j});
+}
+
 // upsample_*_backward(grad_output, output_size, input_size, ...): dynamic in
 // the batch like the forward; input_size's batch is read off grad_output.
 void UpsampleBackward(const std::string& name, Rule rule, int64_t n) {
   RuleEntry& e = Register(name, std::move(rule)).Dynamic(BatchOnly({0}, n));
   e.dynamic.size_ints = {{2, 0, 0, 1, 0}};
+}
+
+// A nearest upsampling's backward (grad_output, output_size, input_size,
+// scales...): as the forward (NearestUpsample), output_size[j] the
+// gradient's size and input_size[2 + j] floor(it / scales[j]).
+void NearestUpsampleBackward(const std::string& name, Rule rule, int64_t n) {
+  RuleEntry& e = Register(name, std::move(rule)).Dynamic([n](const std::vector<Arg>& a, StaticDims& s) {
+    if (a.empty() || a[0].kind != Arg::Kind::Tensor || a.at(1).ints != Spatial(a[0], n) ||
+        !FollowsScales(a, 3, Spatial(a[0], n), a.at(2).ints, true))
+      return BatchOnly({0}, n)(a, s);
+    s.Dim(0, 1);
+    s.Because("an upsampling's channel dim is static");
+  });
+  e.dynamic.size_ints = {{2, 0, 0, 1, 0}};
+  for (int64_t j = 0; j < n; ++j) {
+    const size_t dim = static_cast<size_t>(2 + j);
+    e.dynamic.size_ints.push_back({1, 0, dim, 3 + j, j});
+    e.dynamic.size_ints.push_back({2, 0, dim, 3 + j, 2 + j, 3 + j, true});
+  }
 }
 
 const bool registered = [] {
@@ -765,10 +826,10 @@ const bool registered = [] {
   }
   for (int64_t n = 1; n <= 3; ++n) {
     std::string s = std::to_string(n) + "d";
-    Register("upsample_nearest" + s, UpsampleRule(Mode::Nearest, n, false)).Dynamic(BatchOnly({0}, n));
-    UpsampleBackward("upsample_nearest" + s + "_backward", UpsampleRule(Mode::Nearest, n, true), n);
-    Register("_upsample_nearest_exact" + s, UpsampleRule(Mode::NearestExact, n, false)).Dynamic(BatchOnly({0}, n));
-    UpsampleBackward("_upsample_nearest_exact" + s + "_backward", UpsampleRule(Mode::NearestExact, n, true), n);
+    NearestUpsample("upsample_nearest" + s, UpsampleRule(Mode::Nearest, n, false), n);
+    NearestUpsampleBackward("upsample_nearest" + s + "_backward", UpsampleRule(Mode::Nearest, n, true), n);
+    NearestUpsample("_upsample_nearest_exact" + s, UpsampleRule(Mode::NearestExact, n, false), n);
+    NearestUpsampleBackward("_upsample_nearest_exact" + s + "_backward", UpsampleRule(Mode::NearestExact, n, true), n);
   }
   Register("upsample_linear1d", UpsampleRule(Mode::Linear, 1, false)).Dynamic(BatchOnly({0}, 1));
   UpsampleBackward("upsample_linear1d_backward", UpsampleRule(Mode::Linear, 1, true), 1);

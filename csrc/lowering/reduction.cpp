@@ -157,19 +157,7 @@ void CheckNonEmpty(Context& c, const Value& x, const std::vector<int64_t>& dims)
 // s. A bounded-dynamic x (dynamic.cpp) counts its dynamic dims at run time.
 Value MeanDivisor(hlo::Builder& b, const Value& s, const Value& x, const std::vector<int64_t>& dims) {
   if (!x.type.is_dynamic()) return Fill(b, s, static_cast<double>(Count(x, dims)));
-  int64_t fixed = 1;
-  Value n;
-  for (int64_t d : dims) {
-    if (!x.type.dynamic[d]) {
-      fixed *= x.shape()[d];
-      continue;
-    }
-    Value size = b.GetDimensionSize(x, d);
-    n = n.valid() ? b.Binary("multiply", n, size) : size;
-  }
-  if (!n.valid()) return Fill(b, s, static_cast<double>(fixed));
-  Value count = b.Convert(b.Binary("multiply", n, b.ConstantInt(hlo::ElementType::I32, fixed)), s.dtype());
-  return b.BroadcastInDim(count, s.shape(), {});
+  return b.BroadcastInDim(ElementCount(b, x, dims, 1, s.dtype()), s.shape(), {});
 }
 
 // sum / mean / prod: `dim_arg` is the index of the dims argument, or -1 for

@@ -1,9 +1,12 @@
 """Convolutions, poolings, upsampling, batch norm and group norm run bounded-dynamic in their batch dim
 (TORCH_TPU_DYNAMIC_SHAPES=auto): a CNN's ragged last batch (a DataLoader
-without drop_last) compiles nothing inside a warm batch bucket. Their channel
-and spatial dims stay static (XLA's padder refuses a dynamic spatial
-convolution), and debug.stats() says so for a new resolution. Every loss
-and weight is compared with PyTorch on the CPU; compiles are read from
+without drop_last) compiles nothing inside a warm batch bucket.
+Convolutions (run static at the bucket on zero-filled padding), group norm
+and nearest upsampling by a scale factor are dynamic in their spatial dims
+too: a new image size inside a warm bucket compiles nothing, in training as
+in evaluation. Poolings and bilinear upsampling keep their spatial dims
+static, and debug.stats() says so for a new resolution. Every loss and
+weight is compared with PyTorch on the CPU; compiles are read from
 debug.stats()."""
 import pytest
 import torch
@@ -84,18 +87,101 @@ def test_ragged_batches_train_equal_to_cpu_and_compile_nothing():
                 assert debug.stats()["compiles"] == 0, (debug.stats()["compiles_by_op"], debug.stats()["exact_reasons"])
 
 
-def test_a_new_resolution_runs_exact_and_says_why():
-    torch.manual_seed(1)
-    conv = nn.Conv2d(3, 4, 3, padding=1)
-    dev = nn.Conv2d(3, 4, 3, padding=1).to("tpu")
-    dev.load_state_dict(conv.state_dict())
+class FullyConvolutional(nn.Module):
+    """The ops a diffusion UNet or VAE runs at a new image size: 3x3 / strided / dilated / grouped / 1x1 /
+    transposed convolutions, group norm, nearest upsampling by a scale factor, SiLU."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.n1 = nn.GroupNorm(4, 8)
+        self.down = nn.Conv2d(8, 8, 3, stride=2, padding=2, dilation=2, groups=2)
+        self.n2 = nn.GroupNorm(2, 8)
+        self.up = nn.ConvTranspose2d(8, 4, 2, stride=2)
+        self.c2 = nn.Conv2d(4, 4, 3, stride=2)
+        self.out = nn.Conv2d(4, 2, 1)
+
+    def forward(self, x):
+        h = F.silu(self.n1(self.c1(x)))
+        h = F.silu(self.n2(self.down(h)))                 # ceil(r / 2)
+        h = F.interpolate(h, scale_factor=2.0)            # 2 * ceil(r / 2)
+        h = self.c2(F.silu(self.up(h)))                   # (4 * ceil(r / 2) - 3) // 2 + 1
+        return self.out(h)
+
+
+def _fcn_pair():
+    torch.manual_seed(3)
+    cpu = FullyConvolutional()
+    dev = FullyConvolutional()
+    dev.load_state_dict(cpu.state_dict())
+    return cpu, dev.to("tpu")
+
+
+def test_new_resolutions_in_a_warm_bucket_train_equal_to_cpu_and_compile_nothing():
+    cpu, dev = _fcn_pair()
+    opts = torch.optim.SGD(cpu.parameters(), lr=0.1), torch.optim.SGD(dev.parameters(), lr=0.1)
+
+    def step(model, opt, x, target):
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), target)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    # 32 compiles static, 40 makes the spatial dims dynamic (bucket 40: 37..40;
+    # its stride-2 results 19..20 in bucket 20); odd and even sizes follow.
+    for i, side in enumerate((32, 40, 38, 37, 39)):
+        g = torch.Generator().manual_seed(i)
+        x = torch.randn(2, 3, side, side, generator=g)
+        out = (4 * ((side + 1) // 2) - 3) // 2 + 1
+        target = torch.randn(2, 2, out, out, generator=g)
+        debug.reset_stats()
+        got = step(dev, opts[1], x.to("tpu"), target.to("tpu"))
+        s = debug.stats()
+        want = step(cpu, opts[0], x, target)
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
+        for (name, p), q in zip(dev.state_dict().items(), cpu.state_dict().values()):
+            torch.testing.assert_close(p.cpu(), q, rtol=1e-5, atol=1e-6, msg=name)
+        if i >= 2:
+            assert s["compiles"] == 0, (side, s["compiles_by_op"], s["exact_reasons"])
+            assert s["dynamic_hits"] > 0
+    cpu.eval(), dev.eval()
+    with torch.no_grad():
+        for side in (36, 34, 35):  # a new bucket (36: 33..36), then sizes inside it
+            x = torch.randn(2, 3, side, side, generator=torch.Generator().manual_seed(side))
+            debug.reset_stats()
+            torch.testing.assert_close(dev(x.to("tpu")).cpu(), cpu(x), rtol=1e-5, atol=1e-5)
+            if side != 36:
+                assert debug.stats()["compiles"] == 0, (side, debug.stats()["compiles_by_op"])
+
+
+def test_upsampling_to_an_explicit_size_keeps_it_in_the_key():
+    # interpolate(size=...) maps by the ratio of the sizes: its spatial dims stay
+    # static, and each output size is its own signature (values equal CPU).
+    x = torch.randn(1, 2, 6, 6)
+    for size in ((9, 9), (12, 12), (11, 10)):
+        for mode in ("nearest", "nearest-exact"):
+            want = F.interpolate(x, size=size, mode=mode)
+            got = F.interpolate(x.to("tpu"), size=size, mode=mode)
+            torch.testing.assert_close(got.cpu(), want)
+    # By a scale factor at new sizes: dynamic, backward included.
+    for side in (6, 8, 7):
+        x = torch.randn(2, 3, side, side, requires_grad=True)
+        xd = x.detach().to("tpu").requires_grad_()
+        for scale in (2.0, 1.5):
+            F.interpolate(x, scale_factor=scale).square().sum().backward()
+            F.interpolate(xd, scale_factor=scale).square().sum().backward()
+        torch.testing.assert_close(xd.grad.cpu(), x.grad)
+
+
+def test_a_pooling_at_a_new_resolution_runs_exact_and_says_why():
     with torch.no_grad():
         for side in (8, 10, 12):
             x = torch.randn(2, 3, side, side)
             debug.reset_stats()
-            torch.testing.assert_close(dev(x.to("tpu")).cpu(), conv(x), rtol=1e-5, atol=1e-6)
-    reasons = debug.stats()["exact_reasons"].get("convolution", {})
-    assert "a convolution's spatial and channel dims are static" in reasons, debug.stats()["exact_reasons"]
+            torch.testing.assert_close(F.max_pool2d(x.to("tpu"), 2).cpu(), F.max_pool2d(x, 2))
+    reasons = debug.stats()["exact_reasons"].get("max_pool2d_with_indices", {})
+    assert "the channel and spatial dims of a pooling or upsampling are static" in reasons, debug.stats()["exact_reasons"]
 
 
 def test_group_norm_with_its_own_n_and_hxw_is_keyed_by_them():
