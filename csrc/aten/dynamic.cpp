@@ -222,6 +222,7 @@ struct DynamicCompiled {
   std::vector<std::vector<int64_t>> out_bucket;  // per output: its sizes in the executable
   std::vector<std::vector<int64_t>> out_order;   // per output: its dims in storage order
   std::vector<std::vector<int64_t>> out_buffer;  // per output: the sizes its storage keeps
+  std::vector<std::vector<bool>> out_product;    // per output dim: its buffer a product of buckets (ProductBuckets)
   std::vector<std::string> checks;  // device assertions (results before the outputs), op-prefixed
 };
 
@@ -590,6 +591,7 @@ void RememberSmallBuckets(const std::vector<std::vector<int64_t>>& bucket,
 struct DynamicLayout {
   std::vector<std::vector<bool>> in_dynamic;
   std::vector<std::vector<int64_t>> in_bucket;
+  std::vector<std::vector<bool>> in_product;  // per input dim: bucketed at a product of buckets (ProductBuckets)
   std::vector<int64_t> capacity;  // per storage, -1: passed as it is
   std::vector<StorageLayout> storage_layout;  // per padded storage: its layout in the executable
   std::vector<std::optional<ViewRead>> reads;  // per input of a padded storage: its read
@@ -624,6 +626,48 @@ void UnifyHintedSizes(const Plan& plan, const CallHints& hints, DynamicLayout* l
       lay->in_bucket[i][d] = b->second;
     }
   }
+}
+
+// The padded size a dynamic view dim takes whole when it is a product of
+// buckets: the dims of its padded storage it merges (the h*w tokens of a
+// [b, c, h, w] image read as [b, h*w, c]: their padded sizes multiplied), or
+// a storage dim of its size that kept such a product (the tokens' next
+// readers: runtime.h DeviceStorage::product_dims); -1 otherwise.
+int64_t ProductBufferSize(const Plan& plan, size_t i, size_t d) {
+  const TensorIn& in = plan.inputs[i];
+  const runtime::DeviceStorage& s = *plan.storages[in.storage];
+  if (!s.padded()) return -1;
+  const int64_t merged = MergedPaddedSize(in.geometry, d, StorageLayout{s.real_shape, s.padded_shape}, true);
+  if (merged >= 0) return merged;
+  for (size_t k = 0; k < s.product_dims.size() && k < s.real_shape.size(); ++k)
+    if (s.product_dims[k] && s.real_shape[k] == in.geometry.sizes[d]) return s.padded_shape[k];
+  return -1;
+}
+
+// Dims whose sizes are products of buckets take those products as their
+// buckets, so that two image sizes in one bucket share their tokens' bucket
+// too (38x38 and 40x40: 1600, where Bucket(1444) = 1536 and Bucket(1600) =
+// 1664); every other dynamic dim of the call with the same size follows
+// (a broadcast partner, a contraction).
+void ProductBuckets(const Plan& plan, DynamicLayout* lay) {
+  lay->in_product.clear();
+  for (const auto& b : lay->in_bucket) lay->in_product.emplace_back(b.size(), false);
+  if (lay->hinted) return;
+  std::map<int64_t, int64_t> product;  // size -> its product bucket
+  for (size_t i = 0; i < plan.inputs.size(); ++i)
+    for (size_t d = 0; d < lay->in_dynamic[i].size(); ++d) {
+      if (!lay->in_dynamic[i][d]) continue;
+      const int64_t p = ProductBufferSize(plan, i, d);
+      if (p >= plan.inputs[i].geometry.sizes[d]) product[plan.inputs[i].geometry.sizes[d]] = p;
+    }
+  if (product.empty()) return;
+  for (size_t i = 0; i < plan.inputs.size(); ++i)
+    for (size_t d = 0; d < lay->in_dynamic[i].size(); ++d) {
+      auto p = product.find(plan.inputs[i].geometry.sizes[d]);
+      if (!lay->in_dynamic[i][d] || p == product.end()) continue;
+      lay->in_bucket[i][d] = p->second;
+      lay->in_product[i][d] = true;
+    }
 }
 
 int64_t Numel(const std::vector<int64_t>& s) {
@@ -684,7 +728,8 @@ std::optional<ReshapedRead> ReshapedReadOf(const Plan& plan, size_t i, const std
   if (!s.padded()) return std::nullopt;
   const StorageLayout layout = CurrentLayout(s, in);
   bool splits = false;
-  for (size_t d = 0; d < dyn.size(); ++d) splits |= dyn[d] && SplitsStorageDim(in.geometry, d, layout);
+  for (size_t d = 0; d < dyn.size(); ++d)
+    splits |= dyn[d] && (SplitsStorageDim(in.geometry, d, layout) || MergedPaddedSize(in.geometry, d, layout, true) >= 0);
   if (!splits) return std::nullopt;
   return MapReshapedView(in.geometry, OffsetOf(plan, in), layout, dyn);
 }
@@ -1194,6 +1239,10 @@ DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const 
     }
   if (bucket_specs.size() != call.specs.size()) return nullptr;
   DynamicCompiled dc;
+  std::set<int64_t> products;  // the product buckets of the inputs' dims
+  for (size_t i = 0; i < lay.in_product.size(); ++i)
+    for (size_t d = 0; d < lay.in_product[i].size(); ++d)
+      if (lay.in_product[i][d]) products.insert(lay.in_bucket[i][d]);
   for (size_t k = 0; k < bucket_specs.size(); ++k) {
     const auto& big = bucket_specs[k].sizes;
     if (smaller_specs[k].sizes.size() != big.size() || big.size() != call.specs[k].sizes.size())
@@ -1213,9 +1262,13 @@ DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const 
     }
     dc.out_order.push_back(*order);
     std::vector<int64_t> buffer = big;
-    for (size_t d = 0; d < big.size(); ++d)
-      if (dyn[d] && !lay.bounded) buffer[d] = Bucket(big[d]);  // a hint's max is the bucket itself
+    std::vector<bool> product(big.size(), false);  // a product bucket's dim keeps it (ProductBuckets)
+    for (size_t d = 0; d < big.size(); ++d) {
+      product[d] = dyn[d] && products.count(big[d]);
+      if (dyn[d] && !lay.bounded && !product[d]) buffer[d] = Bucket(big[d]);  // a hint's max is the bucket itself
+    }
     dc.out_buffer.push_back(buffer);
+    dc.out_product.push_back(product);
   }
   if (!StaticResultsFit(dc.out_dynamic, dc.out_bucket, call) || !WritesFit(call, lay, dc.out_dynamic, dc.out_bucket)) {
     *unfit = true;
@@ -1315,11 +1368,14 @@ std::vector<c10::IValue> LaunchDynamic(const Call& call, const DynamicCompiled& 
       KeepWrittenLayout(s, outs.at(k), lay, plan.dests[k].storage);
     } else if (AnyDynamic(dc.out_dynamic[k])) {
       std::vector<int64_t> real, padded;  // storage order
+      std::vector<bool> product;
       for (int64_t d : dc.out_order[k]) {
         real.push_back(call.specs[k].sizes[d]);
         padded.push_back(dc.out_buffer[k][d]);
+        product.push_back(dc.out_product[k][d]);
       }
       s->SetPadded(outs.at(k), real, padded);
+      if (std::find(product.begin(), product.end(), true) != product.end()) s->product_dims = product;
     }
     else
       s->Set(outs.at(k));
@@ -1492,6 +1548,7 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
       }
   lay.in_bucket = BucketSizes(call.plan, lay.in_dynamic, hints, st);
   if (lay.hinted) UnifyHintedSizes(call.plan, hints, &lay);
+  ProductBuckets(call.plan, &lay);
   if (!LayOutStorages(call, &lay)) return std::nullopt;
   std::string key = DynamicKey(sig, call.plan, lay);
   t_exact_reason = "XLA could not pad this signature's module";

@@ -228,6 +228,22 @@ bool SplitsStorageDim(const lowering::ViewGeometry& g, size_t d, const StorageLa
   return !boundary(g.strides[d]) || !boundary(g.strides[d] * g.sizes[d]);
 }
 
+int64_t MergedPaddedSize(const lowering::ViewGeometry& g, size_t d, const StorageLayout& storage, bool contiguous) {
+  if (g.sizes[d] <= 1 || g.strides[d] <= 0) return -1;
+  std::vector<int64_t> strides = RealStrides(storage.real);
+  size_t j = 0;  // the innermost storage dim the view dim reads
+  while (j < strides.size() && (strides[j] != g.strides[d] || storage.real[j] == 1)) ++j;
+  if (j == strides.size() || storage.real[j] >= g.sizes[d]) return -1;
+  int64_t real = storage.real[j], padded = storage.padded[j];
+  bool inner_padded = false;
+  for (size_t k = j; real < g.sizes[d] && k-- > 0;) {
+    inner_padded |= storage.real[k + 1] != storage.padded[k + 1];
+    real *= storage.real[k];
+    padded *= storage.padded[k];
+  }
+  return real == g.sizes[d] && (inner_padded || contiguous) ? padded : -1;
+}
+
 std::optional<ReshapedRead> MapReshapedView(const lowering::ViewGeometry& g, int64_t offset,
                                             const StorageLayout& storage, const std::vector<bool>& dyn) {
   int64_t numel = 1;

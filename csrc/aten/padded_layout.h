@@ -51,7 +51,8 @@ std::optional<BufferRead> ReadInBuffer(const lowering::ViewGeometry& g, int64_t 
 
 // A view of a padded storage read as a reshape of its real elements (their
 // row-major order), where MapView finds no layout: a dynamic view dim that
-// reads a piece of one of the storage's dims. `[b*s, n]` rows of an mm,
+// reads a piece of one of the storage's dims, or spans several of them, an
+// inner one padded. `[b*s, n]` rows of an mm,
 // padded as one dim (a buffer of [R, n] rows, the real b*s first), read as
 // `[b, s, n]` by the next op: row (i, j) sits at buffer row i*s + j, s a
 // runtime size. The read gathers rows: the view maps onto the real elements
@@ -67,6 +68,14 @@ struct ReshapedRead {
 // Whether view dim `d` of `g` reads a piece of one of `storage`'s dims (it
 // starts or ends inside one, at real strides) rather than whole dims.
 bool SplitsStorageDim(const lowering::ViewGeometry& g, size_t d, const StorageLayout& storage);
+
+// When view dim `d` of `g` spans several of `storage`'s dims, an inner one
+// padded (the h*w tokens of a [b, c, h, w] image read as [b, h*w, c]): the
+// product of their padded sizes (read as a reshape, its real elements
+// gathered); -1 otherwise. `contiguous`: also when none is padded (the
+// image's sizes at their buckets).
+int64_t MergedPaddedSize(const lowering::ViewGeometry& g, size_t d, const StorageLayout& storage,
+                         bool contiguous = false);
 
 // The reshaped read of view `g` at real element offset `offset` of
 // `storage`, each dynamic view dim (`dyn`) reading a whole dim of the real

@@ -352,8 +352,13 @@ std::optional<std::vector<c10::IValue>> RunOnPaddedRows(const Call& call) {
   for (size_t k = 0; k < call.specs.size(); ++k) {
     at::Tensor t = FreshTensor(call, k);
     if (rows_out[k]) {
-      StorageOf(t)->SetPadded(outs.at(k), RowsLayout(*rows, call.specs[k], false),
-                              RowsLayout(*rows, call.specs[k], true));
+      runtime::DeviceStorage* s = StorageOf(t);
+      s->SetPadded(outs.at(k), RowsLayout(*rows, call.specs[k], false), RowsLayout(*rows, call.specs[k], true));
+      if (!rows->storage->product_dims.empty()) {  // the rows keep their product buckets (dynamic.cpp)
+        s->product_dims.assign(s->padded_shape.size(), false);
+        for (size_t j = 0; j < rows->fold.dims && j < rows->storage->product_dims.size(); ++j)
+          s->product_dims[j] = rows->storage->product_dims[j];
+      }
     } else {
       StorageOf(t)->Set(outs.at(k));
     }

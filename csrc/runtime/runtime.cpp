@@ -573,6 +573,7 @@ void DeviceStorage::SetPadded(pjrt::BufferPtr b, std::vector<int64_t> real, std:
   buffer = std::move(b);
   real_shape = std::move(real);
   padded_shape = std::move(padded);
+  product_dims.clear();
   CountPaddingBytes(device, padding_bytes() - before);
 }
 
@@ -580,6 +581,7 @@ void DeviceStorage::ClearPadding() {
   CountPaddingBytes(device, -padding_bytes());
   padded_shape.clear();
   real_shape.clear();
+  product_dims.clear();
 }
 
 void Runtime::Download(const pjrt::Buffer& buffer, void* dst, size_t nbytes) {

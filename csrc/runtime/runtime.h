@@ -42,6 +42,10 @@ struct DeviceStorage {
   hlo::ElementType dtype = hlo::ElementType::U8;
   pjrt::BufferPtr buffer;
   std::vector<int64_t> padded_shape, real_shape;  // empty: buffer holds exactly numel()
+  // Per padded dim: its padded size is a product of buckets (the h*w tokens
+  // of a [b, c, h, w] image read as [b, h*w, c]) that no bucket of a real
+  // size gives back; dynamic readers take it whole (dynamic.cpp). Empty: none.
+  std::vector<bool> product_dims;
   // Fused eager: the storage's new value is the value with this id in the
   // module being recorded (a 1-D array of `dtype`, numel() elements); buffer
   // is stale until the recording is flushed. -1: not pending.
