@@ -961,6 +961,12 @@ std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle&
                                     const std::vector<c10::IValue>& args,
                                     const std::vector<std::vector<int64_t>>& sizes) {
   const std::vector<SizeIntValue> size_ints = SizeIntsAt(call, sizes);
+  const int64_t like = call.desc->rule->dynamic.result_like_arg;
+  if (like >= 0 && call.specs.size() == 1 && static_cast<size_t>(like) < call.plan.args.size() &&
+      !call.plan.args[like].tensors.empty() && call.plan.args[like].tensors[0] >= 0) {
+    const std::vector<int64_t>& s = sizes.at(call.plan.args[like].tensors[0]);
+    return {{s, lowering::ContiguousStrides(s), call.specs[0].dtype}};
+  }
   if (call.desc->rule->output_types) {  // as the call's own specs came
     Call at_sizes = call;
     for (size_t i = 0; i < sizes.size(); ++i) at_sizes.plan.inputs[i].geometry.sizes = sizes[i];

@@ -332,6 +332,10 @@ Value ElementCount(Builder& b, const Value& x, const std::vector<int64_t>& dims,
 }
 
 Value StaticFilled(Builder& b, Value x, double fill) {
+  return x.type.is_dynamic() ? StaticFilled(b, x, b.Constant(x.dtype(), fill)) : x;
+}
+
+Value StaticFilled(Builder& b, Value x, Value fill) {
   Value inside;  // i1: whether each element is a real one
   for (int64_t d = 0; d < static_cast<int64_t>(x.type.dynamic.size()); ++d) {
     if (!x.type.dynamic[d]) continue;
@@ -342,7 +346,7 @@ Value StaticFilled(Builder& b, Value x, double fill) {
     inside = inside.valid() ? b.Binary("and", inside, in_d) : in_d;
   }
   if (!inside.valid()) return x;
-  return b.Select(inside, x, b.Splat(x.dtype(), fill, x.shape()));
+  return b.Select(inside, x, b.BroadcastInDim(fill, x.shape(), {}));
 }
 
 Value As(Builder& b, Value v, ElementType t, const std::vector<int64_t>& shape) {

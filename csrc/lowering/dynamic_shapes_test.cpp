@@ -144,7 +144,7 @@ TEST(DynamicShapes, NearestUpsamplingByItsScalesIsDynamicInSpace) {
             batch_only);
 }
 
-TEST(DynamicShapes, ConvolutionsAreDynamicInBatchAndSpacePoolingsInTheirBatch) {
+TEST(DynamicShapes, ConvolutionsAndMaxPoolingsAreDynamicInBatchAndSpace) {
   // convolution(input [b, 3, 16, 16], weight [8, 3, 3, 3], bias [8], ...):
   // static at the bucket on zero-filled padding; its strided results follow
   // the input in steps.
@@ -154,11 +154,19 @@ TEST(DynamicShapes, ConvolutionsAreDynamicInBatchAndSpacePoolingsInTheirBatch) {
   EXPECT_EQ(conv, want);
   EXPECT_TRUE(Find("convolution")->dynamic.stepped_outputs);
   EXPECT_TRUE(Find("convolution_backward")->dynamic.stepped_outputs);
-  // max_pool2d_with_indices(self [b, c, h, w]) and an unbatched [c, h, w] one.
+  // max_pool2d_with_indices(self [b, c, h, w]): static at the bucket on -inf
+  // padding, its channels static; an unbatched [c, h, w] average pooling
+  // keeps its spatial dims static.
   EXPECT_EQ(StaticOf("max_pool2d_with_indices", {TensorOf({2, 8, 6, 6})}).first,
-            (std::set<std::pair<size_t, size_t>>{{0, 1}, {0, 2}, {0, 3}}));
+            (std::set<std::pair<size_t, size_t>>{{0, 1}}));
+  EXPECT_TRUE(Find("max_pool2d_with_indices")->dynamic.stepped_outputs);
   EXPECT_EQ(StaticOf("avg_pool2d", {TensorOf({8, 6, 6})}).first,
             (std::set<std::pair<size_t, size_t>>{{0, 0}, {0, 1}, {0, 2}}));
+  // A global average pooling (output 1x1) is a mean: dynamic in space; to 2x2, static.
+  EXPECT_EQ(StaticOf("_adaptive_avg_pool2d", {TensorOf({2, 8, 6, 6}), Literal(Arg::Kind::IntList, 0, {1, 1})}).first,
+            (std::set<std::pair<size_t, size_t>>{{0, 1}}));
+  EXPECT_EQ(StaticOf("_adaptive_avg_pool2d", {TensorOf({2, 8, 6, 6}), Literal(Arg::Kind::IntList, 0, {2, 2})}).first,
+            (std::set<std::pair<size_t, size_t>>{{0, 1}, {0, 2}, {0, 3}}));
 }
 
 TEST(DynamicShapes, OnlyElementwiseRulesRunUnmasked) {

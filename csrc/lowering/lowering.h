@@ -195,6 +195,12 @@ struct DynamicShapes {
   // and 40 rows give 20): its dynamic dims are found by comparing the
   // results at the bucket with those at half the bucket as well.
   bool stepped_outputs = false;
+  // Its one result has the shape of tensor arg `result_like_arg` (a max
+  // pooling's backward: its input's): at the bucket's sizes it takes that
+  // arg's, without the meta kernel, which checks the gradient's size against
+  // the input's (sizes whose buckets need not agree: 19 rows pooled to 10,
+  // buckets 20 and 16). -1: the meta kernel's.
+  int64_t result_like_arg = -1;
 };
 
 // One entry of the table: the rule and what the dispatcher must know about
@@ -337,6 +343,7 @@ Value ElementCount(Builder& b, const Value& x, const std::vector<int64_t>& dims,
 // equals the exact-size op's, the padding acting as its zero padding).
 // Static x: x itself.
 Value StaticFilled(Builder& b, Value x, double fill);
+Value StaticFilled(Builder& b, Value x, Value fill);  // fill: rank 0, x's dtype (max pooling's -inf)
 // Row-major strides (in elements) of a dense tensor of these sizes.
 std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes);
 

@@ -339,6 +339,26 @@ Map AdaptiveMap(int64_t in, int64_t out) {
   return m;
 }
 
+// An adaptive average pooling to one element per channel over `self`'s
+// trailing n dims, some bounded-dynamic: their sum over the real elements
+// (XLA masks the padding) by their runtime count; backward: the gradient
+// spread over them by that count.
+Value GlobalAverage(Builder& b, Value x, const Value& self, int64_t n, bool backward, const TensorType& out) {
+  ElementType ct = ComputeType(out.dtype);
+  std::vector<int64_t> dims;
+  for (int64_t d = self.rank() - n; d < self.rank(); ++d) dims.push_back(d);
+  Value count = ElementCount(b, self, dims, 1, ct);
+  if (backward) {
+    std::vector<int64_t> lead(self.shape().begin(), self.shape().end() - n), lead_dims;
+    for (size_t d = 0; d < lead.size(); ++d) lead_dims.push_back(static_cast<int64_t>(d));
+    Value g = b.BroadcastInDim(b.Reshape(b.Convert(x, ct), lead), self.shape(), lead_dims);
+    return b.Convert(b.Binary("divide", g, b.BroadcastInDim(count, self.shape(), {})), out.dtype);
+  }
+  Value sum = b.Reduce(b.Convert(x, ct), b.Constant(ct, 0), dims, "add");
+  Value mean = b.Binary("divide", sum, b.BroadcastInDim(count, sum.shape(), {}));
+  return b.Convert(b.Reshape(mean, out.shape), out.dtype);
+}
+
 // _adaptive_avg_poolNd(self, output_size) / _backward(grad_output, self).
 Rule AdaptiveAvgRule(int64_t n, bool backward) {
   return [n, backward](Context& c, const std::vector<Arg>& a) {
@@ -350,9 +370,11 @@ Rule AdaptiveAvgRule(int64_t n, bool backward) {
     std::vector<int64_t> out_size = backward
                                         ? std::vector<int64_t>(x.shape().end() - n, x.shape().end())
                                         : Expand(a.at(1).ints, n, 1);
+    ElementType ct = ComputeType(out.dtype);
+    if (std::all_of(out_size.begin(), out_size.end(), [](int64_t o) { return o == 1; }) && self.type.is_dynamic())
+      return std::vector<Value>{GlobalAverage(c.b, x, self, n, backward, out)};
     std::vector<Map> maps;
     for (int64_t j = 0; j < n; ++j) maps.push_back(AdaptiveMap(in_size[j], out_size[j]));
-    ElementType ct = ComputeType(out.dtype);
     Value r = ApplyAll(c.b, c.b.Convert(x, ct), maps, backward);
     return std::vector<Value>{c.b.Convert(c.b.Reshape(r, out.shape), out.dtype)};
   };
@@ -443,17 +465,46 @@ std::vector<Value> MaxAndIndex(Builder& rb, const std::vector<Value>& v) {
 }
 
 // Each element's flat index in its plane of the trailing n dims.
-Value PlaneIndex(Builder& b, const std::vector<int64_t>& shape, int64_t n) {
+Value PlaneIndex(Builder& b, const std::vector<int64_t>& shape, int64_t n, const std::vector<Value>& runtime = {}) {
   TensorType it{ElementType::I64, shape};
   Value idx = b.Splat(ElementType::I64, 0, shape);
-  int64_t stride = 1;
-  for (int64_t i = static_cast<int64_t>(shape.size()) - 1; i >= static_cast<int64_t>(shape.size()) - n; --i) {
-    Value term = b.Binary("multiply", b.Iota(it, i),
-                          b.Splat(ElementType::I64, static_cast<double>(stride), shape));
-    idx = b.Binary("add", idx, term);
-    stride *= shape[i];
+  Value stride = b.ConstantInt(ElementType::I64, 1);
+  const int64_t lead = static_cast<int64_t>(shape.size()) - n;
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 1; i >= lead; --i) {
+    idx = b.Binary("add", idx, b.Binary("multiply", b.Iota(it, i), b.BroadcastInDim(stride, shape, {})));
+    const Value& size = runtime.empty() ? Value() : runtime[i - lead];
+    stride = b.Binary("multiply", stride, size.valid() ? size : b.ConstantInt(ElementType::I64, shape[i]));
   }
   return idx;
+}
+
+// The runtime sizes (i64) of x's trailing n dims: invalid for its static ones.
+std::vector<Value> RuntimeSpatialSizes(Builder& b, const Value& x, int64_t n) {
+  std::vector<Value> sizes(n);
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t d = x.rank() - n + j;
+    if (d < static_cast<int64_t>(x.type.dynamic.size()) && x.type.dynamic[d])
+      sizes[j] = b.Convert(b.GetDimensionSize(x, d), ElementType::I64);
+  }
+  return sizes;
+}
+
+// Flat plane indices of a plane of runtime sizes `runtime` (the real one)
+// as indices into the plane of static sizes `shape`'s trailing n dims (the
+// bucket's): each index's coordinates kept.
+Value ToBucketPlane(Builder& b, Value idx, const std::vector<int64_t>& shape, int64_t n,
+                    const std::vector<Value>& runtime) {
+  auto splat = [&](Value s) { return b.BroadcastInDim(s, idx.shape(), {}); };
+  Value rest = idx, out = b.Splat(ElementType::I64, 0, idx.shape());
+  int64_t bucket_stride = 1;
+  for (int64_t j = n - 1; j >= 0; --j) {
+    const Value size = runtime[j].valid() ? runtime[j] : b.ConstantInt(ElementType::I64, shape[shape.size() - n + j]);
+    Value coord = j > 0 ? b.Binary("remainder", rest, splat(size)) : rest;
+    out = b.Binary("add", out, b.Binary("multiply", coord, b.Splat(ElementType::I64, static_cast<double>(bucket_stride), idx.shape())));
+    if (j > 0) rest = b.Binary("divide", rest, splat(size));
+    bucket_stride *= shape[shape.size() - n + j];
+  }
+  return out;
 }
 
 // max_poolNd_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode)
@@ -467,8 +518,13 @@ Rule MaxPoolRule(int64_t n) {
       return std::vector<Value>{b.Splat(out.dtype, 0, out.shape),
                                 b.Splat(ElementType::I64, 0, out.shape)};
     PoolArgs pa = ReadPoolArgs(a, 1, n, true);
+    // Dynamic spatial dims: the pooling runs static at the bucket on the
+    // input's padding filled with -inf (as its own padding), the indices
+    // counted in the real plane (runtime sizes).
+    const std::vector<Value> runtime = RuntimeSpatialSizes(b, x, n);
+    x = StaticFilled(b, x, b.MinValue(x.dtype()));
     Window w = PoolWindow(x, out.shape, n, pa.k, pa.s, pa.p, pa.d);
-    Value idx = PlaneIndex(b, x.shape(), n);  // flat index into the spatial plane
+    Value idx = PlaneIndex(b, x.shape(), n, runtime);  // flat index into the spatial plane
     auto r = ReduceWindow(
         b, {x, idx}, {b.MinValue(x.dtype()), b.ConstantInt(ElementType::I64, INT64_MAX)},
         w.window, w.strides, w.dilations, w.lo, w.hi,
@@ -486,7 +542,13 @@ Rule MaxPoolBackwardRule(int64_t n, size_t index_arg = 7) {
     Builder& b = c.b;
     const TensorType& out = c.outputs.at(0);
     ElementType ct = ComputeType(out.dtype);
-    Value g = a.at(0).tensor, self = a.at(1).tensor, ind = a.at(index_arg).tensor;
+    // Dynamic dims: the gradient's padding zeroed, its indices (into the
+    // real plane) moved into the bucket's plane.
+    const std::vector<Value> runtime = RuntimeSpatialSizes(b, a.at(1).tensor, n);
+    Value g = StaticFilled(b, a.at(0).tensor, 0), self = StaticFilled(b, a.at(1).tensor, 0);
+    Value ind = StaticFilled(b, a.at(index_arg).tensor, 0);
+    const bool moved = std::any_of(runtime.begin(), runtime.end(), [](const Value& v) { return v.valid(); });
+    if (moved) ind = ToBucketPlane(b, b.Convert(ind, ElementType::I64), self.shape(), n, runtime);
     int64_t lead = self.rank() - n;
     std::vector<int64_t> lead_shape(self.shape().begin(), self.shape().begin() + lead);
     int64_t batch = Prod(lead_shape);
@@ -770,6 +832,41 @@ void NearestUpsample(const std::string& name, Rule rule, int64_t n) {
     e.dynamic.size_ints.push_back({1, 0, static_cast<size_t>(2 + j), 3 + j, j, 2 + j});
 }
 
+// Max pooling (and its backward) runs static at the bucket on -inf padding,
+// its indices counted in the real plane: dynamic in batch and spatial dims,
+// the channel dim of tensor args `args` static.
+StaticDimsRule ChannelsOnly(std::vector<size_t> args, int64_t n) {
+  return [args, n](const std::vector<Arg>& a, StaticDims& s) {
+    for (size_t arg : args) {
+      const size_t rank = s.Rank(arg);
+      if (rank > static_cast<size_t>(n)) s.Dim(arg, rank - static_cast<size_t>(n) - 1);
+    }
+    s.Because("a max pooling's channel dim is static");
+  };
+}
+
+// An adaptive average pooling to one element per channel (a CNN's global
+// pooling) is a mean over the spatial dims: those may be dynamic; to other
+// sizes its bins depend on the input's sizes (spatial dims static). `grad`:
+// the backward's (grad_output [.., 1, 1], self).
+StaticDimsRule GlobalPoolingOnly(int64_t n, bool backward) {
+  return [n, backward](const std::vector<Arg>& a, StaticDims& s) {
+    bool global = true;
+    if (backward) {
+      const auto& g = a.at(0).tensor.shape();
+      for (int64_t j = 0; j < n && j < static_cast<int64_t>(g.size()); ++j) global &= g[g.size() - 1 - j] == 1;
+    } else {
+      for (int64_t o : a.at(1).ints) global &= o == 1;
+    }
+    if (!global) return BatchOnly(backward ? std::vector<size_t>{0, 1} : std::vector<size_t>{0}, n)(a, s);
+    for (size_t arg : backward ? std::vector<size_t>{0, 1} : std::vector<size_t>{0}) {
+      const size_t rank = s.Rank(arg);
+      if (rank > static_cast<size_t>(n)) s.Dim(arg, rank - static_cast<size_t>(n) - 1);
+    }
+    s.Because("an adaptive average pooling's channel dim is static");
+  };
+}
+
 // upsample_*_backward(grad_output, output_size, input_size, ...): dynamic in
 // the batch like the forward; input_size's batch is read off grad_output.
 void UpsampleBackward(const std::string& name, Rule rule, int64_t n) {
@@ -800,12 +897,13 @@ const bool registered = [] {
   for (int64_t n : {2, 3}) {
     std::string d = std::to_string(n) + "d";
     // (self, ...); backward: (grad_output, self, ..., indices)
-    Register("max_pool" + d + "_with_indices", MaxPoolRule(n)).Dynamic(BatchOnly({0}, n));
-    Register("max_pool" + d + "_with_indices_backward", MaxPoolBackwardRule(n)).Dynamic(BatchOnly({0, 1, 7}, n));
+    Register("max_pool" + d + "_with_indices", MaxPoolRule(n)).Dynamic(ChannelsOnly({0}, n)).dynamic.stepped_outputs = true;
+    Register("max_pool" + d + "_with_indices_backward", MaxPoolBackwardRule(n))
+        .Dynamic(ChannelsOnly({0, 1, 7}, n)).dynamic.result_like_arg = 1;
     Register("avg_pool" + d, AvgPoolRule(n)).Dynamic(BatchOnly({0}, n));
     Register("avg_pool" + d + "_backward", AvgPoolBackwardRule(n)).Dynamic(BatchOnly({0, 1}, n));
-    Register("_adaptive_avg_pool" + d, AdaptiveAvgRule(n, false)).Dynamic(BatchOnly({0}, n));
-    Register("_adaptive_avg_pool" + d + "_backward", AdaptiveAvgRule(n, true)).Dynamic(BatchOnly({0, 1}, n));
+    Register("_adaptive_avg_pool" + d, AdaptiveAvgRule(n, false)).Dynamic(GlobalPoolingOnly(n, false));
+    Register("_adaptive_avg_pool" + d + "_backward", AdaptiveAvgRule(n, true)).Dynamic(GlobalPoolingOnly(n, true));
   }
   Register("adaptive_max_pool2d", AdaptiveMaxRule(2), {"adaptive_max_pool2d.out"});
   Register("adaptive_max_pool3d", AdaptiveMaxRule(3), {"adaptive_max_pool3d.out"});
