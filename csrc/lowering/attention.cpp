@@ -258,9 +258,11 @@ void HeadDimsStatic(const std::vector<size_t>& args, size_t mask, StaticDims& s)
 }
 
 // The forward (q, k, v, mask, compute_log_sumexp, ...). The saved
-// logsumexp's rows are rounded up to a multiple of 32: a static dim of the
-// result, the same at the bucket as at the real length inside one multiple
-// of 32 (dynamic.cpp runs exact shapes where they differ).
+// logsumexp's rows are rounded up to a multiple of 32: they follow the
+// length in steps (RuleEntry::dynamic.stepped_outputs), so at a bucket 32 or
+// more rows past the real length (an image's tokens, 841 in a bucket of
+// 900) they are a dynamic dim too, kept padded; the rows past the real
+// length are padding the backward never reads.
 void AttentionStaticDims(const std::vector<Arg>& a, StaticDims& s) { HeadDimsStatic({0, 1, 2, 3}, 3, s); }
 
 // The backward (grad_out, q, k, v, mask, out, logsumexp, seed, offset,
@@ -284,7 +286,8 @@ const bool registered = [] {
                    bool no_dropout = a.size() > 5 && a[5].kind == K::Double && a[5].d == 0.0;
                    return no_dropout ? uint64_t{0} : DrawPerOutputElement(a, outputs);
                  })
-      .Dynamic(AttentionStaticDims);
+      .Dynamic(AttentionStaticDims)
+      .dynamic.stepped_outputs = true;
   Register("_scaled_dot_product_efficient_attention_backward", AttentionBackward)
       .Dynamic(AttentionBackwardStaticDims);
   return true;

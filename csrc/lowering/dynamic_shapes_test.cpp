@@ -17,13 +17,16 @@ Arg TensorOf(std::vector<int64_t> shape) {
   return a;
 }
 
-Arg Literal(Arg::Kind kind, int64_t i = 0, std::vector<int64_t> ints = {}) {
+Arg Literal(Arg::Kind kind, int64_t i = 0, std::vector<int64_t> ints = {}, double d = 0) {
   Arg a;
   a.kind = kind;
   a.i = i;
   a.ints = std::move(ints);
+  a.d = d;
   return a;
 }
+
+Arg DoubleOf(double d) { return Literal(Arg::Kind::Double, 0, {}, d); }
 
 // The (arg, dim) pairs rule `name` keeps static for `args`, and its reason to
 // run exact shapes (nullptr: none).
@@ -113,13 +116,6 @@ TEST(DynamicShapes, GroupNormReadsItsSizeIntsOffItsInput) {
   // A group norm's spatial dims are dynamic too (its group's elements counted at run time).
   auto [dims, exact] = StaticOf("native_group_norm", {TensorOf({6, 8, 5, 4}), TensorOf({8}), TensorOf({8})});
   EXPECT_EQ(dims, (std::set<std::pair<size_t, size_t>>{{0, 1}, {1, 0}, {2, 0}}));
-}
-
-Arg DoubleOf(double d) {
-  Arg a;
-  a.kind = Arg::Kind::Double;
-  a.d = d;
-  return a;
 }
 
 TEST(DynamicShapes, NearestUpsamplingByItsScalesIsDynamicInSpace) {

@@ -45,10 +45,11 @@ class Cnn(nn.Module):
         return self.head(h)
 
 
-def _pair():
-    torch.manual_seed(0)
-    cpu = Cnn()
-    dev = Cnn()
+def _pair(model=None, seed=0):
+    """A CPU model and its copy on tpu, with the same weights."""
+    torch.manual_seed(seed)
+    cpu = (model or Cnn)()
+    dev = (model or Cnn)()
     dev.load_state_dict(cpu.state_dict())
     return cpu, dev.to("tpu")
 
@@ -110,16 +111,8 @@ class FullyConvolutional(nn.Module):
         return self.out(h)
 
 
-def _fcn_pair():
-    torch.manual_seed(3)
-    cpu = FullyConvolutional()
-    dev = FullyConvolutional()
-    dev.load_state_dict(cpu.state_dict())
-    return cpu, dev.to("tpu")
-
-
 def test_new_resolutions_in_a_warm_bucket_train_equal_to_cpu_and_compile_nothing():
-    cpu, dev = _fcn_pair()
+    cpu, dev = _pair(FullyConvolutional, seed=3)
     opts = torch.optim.SGD(cpu.parameters(), lr=0.1), torch.optim.SGD(dev.parameters(), lr=0.1)
 
     def step(model, opt, x, target):
@@ -194,11 +187,7 @@ class Classifier(nn.Module):
 def test_a_classifier_at_new_image_sizes_trains_equal_to_cpu_and_compiles_nothing():
     # Max pooling runs static at the bucket on -inf padding, its indices counted in the
     # real plane; the global average pooling divides by the real count.
-    torch.manual_seed(4)
-    cpu = Classifier()
-    dev = Classifier()
-    dev.load_state_dict(cpu.state_dict())
-    dev = dev.to("tpu")
+    cpu, dev = _pair(Classifier, seed=4)
     opts = torch.optim.SGD(cpu.parameters(), lr=0.1), torch.optim.SGD(dev.parameters(), lr=0.1)
     for i, side in enumerate((32, 40, 38, 37, 39)):
         g = torch.Generator().manual_seed(i)
