@@ -156,7 +156,15 @@ TEST(DynamicShapes, ConvolutionsAndMaxPoolingsAreDynamicInBatchAndSpace) {
   EXPECT_EQ(StaticOf("max_pool2d_with_indices", {TensorOf({2, 8, 6, 6})}).first,
             (std::set<std::pair<size_t, size_t>>{{0, 1}}));
   EXPECT_TRUE(Find("max_pool2d_with_indices")->dynamic.stepped_outputs);
-  EXPECT_EQ(StaticOf("avg_pool2d", {TensorOf({8, 6, 6})}).first,
+  // avg_pool2d(self [c, h, w], kernel, stride, padding, ceil_mode, count_include_pad,
+  // divisor_override): dynamic in space unless a real window clips at the end.
+  auto avg = [](bool ceil_mode) {
+    return std::vector<Arg>{TensorOf({8, 6, 6}), Literal(Arg::Kind::IntList, 0, {2}), Literal(Arg::Kind::IntList),
+                            Literal(Arg::Kind::IntList, 0, {1}), Literal(Arg::Kind::Bool, ceil_mode),
+                            Literal(Arg::Kind::Bool, 1), Arg{}};
+  };
+  EXPECT_EQ(StaticOf("avg_pool2d", avg(false)).first, (std::set<std::pair<size_t, size_t>>{{0, 0}}));
+  EXPECT_EQ(StaticOf("avg_pool2d", avg(true)).first,
             (std::set<std::pair<size_t, size_t>>{{0, 0}, {0, 1}, {0, 2}}));
   // A global average pooling (output 1x1) is a mean: dynamic in space; to 2x2, static.
   EXPECT_EQ(StaticOf("_adaptive_avg_pool2d", {TensorOf({2, 8, 6, 6}), Literal(Arg::Kind::IntList, 0, {1, 1})}).first,

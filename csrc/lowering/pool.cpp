@@ -732,7 +732,8 @@ Rule AvgPoolRule(int64_t n) {
     if (!hlo::IsFloat(out.dtype)) throw Unsupported("integer avg pooling");
     if (out.numel() == 0) return std::vector<Value>{b.Splat(out.dtype, 0, out.shape)};
     ElementType ct = ComputeType(out.dtype);
-    Value x = b.Convert(a.at(0).tensor, ct);
+    // Dynamic spatial dims (AvgPoolSpatial): static at the bucket on zero-filled padding.
+    Value x = b.Convert(StaticFilled(b, a.at(0).tensor, 0), ct);
     PoolArgs pa = ReadPoolArgs(a, 1, n, false);
     Window w = PoolWindow(x, out.shape, n, pa.k, pa.s, pa.p, pa.d);
     Value sum = ReduceWindow(b, {x}, {b.Constant(ct, 0)}, w.window, w.strides, w.dilations,
@@ -754,7 +755,7 @@ Rule AvgPoolBackwardRule(int64_t n) {
     const TensorType& out = c.outputs.at(0);
     if (!hlo::IsFloat(out.dtype)) throw Unsupported("integer avg pooling");
     ElementType ct = ComputeType(out.dtype);
-    Value g = b.Convert(a.at(0).tensor, ct), self = a.at(1).tensor;
+    Value g = b.Convert(StaticFilled(b, a.at(0).tensor, 0), ct), self = a.at(1).tensor;
     if (out.numel() == 0 || g.type.numel() == 0)
       return std::vector<Value>{b.Splat(out.dtype, 0, out.shape)};
     PoolArgs pa = ReadPoolArgs(a, 2, n, false);
@@ -845,6 +846,27 @@ StaticDimsRule ChannelsOnly(std::vector<size_t> args, int64_t n) {
   };
 }
 
+// An average pooling whose real windows divide alike at any larger size:
+// a divisor override, or windows never clipped at the end (no ceil_mode;
+// count_include_pad or no padding). It runs static at the bucket on
+// zero-filled padding: dynamic in batch and spatial dims, the channel dim of
+// tensor args `args` static; otherwise (a window clipped by the real size)
+// its spatial dims stay static. `first`: the index of its kernel_size arg.
+StaticDimsRule AvgPoolSpatial(std::vector<size_t> args, size_t first, int64_t n) {
+  return [args, first, n](const std::vector<Arg>& a, StaticDims& s) {
+    const Arg& padding = a.at(first + 2);
+    const bool ceil_mode = a.at(first + 3).i != 0, include_pad = a.at(first + 4).i != 0;
+    const bool no_padding = std::all_of(padding.ints.begin(), padding.ints.end(), [](int64_t p) { return p == 0; });
+    if (a.at(first + 5).kind != K::Int && (ceil_mode || (!include_pad && !no_padding)))
+      return BatchOnly(args, n)(a, s);
+    for (size_t arg : args) {
+      const size_t rank = s.Rank(arg);
+      if (rank > static_cast<size_t>(n)) s.Dim(arg, rank - static_cast<size_t>(n) - 1);
+    }
+    s.Because("an average pooling's channel dim is static");
+  };
+}
+
 // An adaptive average pooling to one element per channel (a CNN's global
 // pooling) is a mean over the spatial dims: those may be dynamic; to other
 // sizes its bins depend on the input's sizes (spatial dims static). `grad`:
@@ -900,8 +922,9 @@ const bool registered = [] {
     Register("max_pool" + d + "_with_indices", MaxPoolRule(n)).Dynamic(ChannelsOnly({0}, n)).dynamic.stepped_outputs = true;
     Register("max_pool" + d + "_with_indices_backward", MaxPoolBackwardRule(n))
         .Dynamic(ChannelsOnly({0, 1, 7}, n)).dynamic.result_like_arg = 1;
-    Register("avg_pool" + d, AvgPoolRule(n)).Dynamic(BatchOnly({0}, n));
-    Register("avg_pool" + d + "_backward", AvgPoolBackwardRule(n)).Dynamic(BatchOnly({0, 1}, n));
+    Register("avg_pool" + d, AvgPoolRule(n)).Dynamic(AvgPoolSpatial({0}, 1, n)).dynamic.stepped_outputs = true;
+    Register("avg_pool" + d + "_backward", AvgPoolBackwardRule(n))
+        .Dynamic(AvgPoolSpatial({0, 1}, 2, n)).dynamic.result_like_arg = 1;
     Register("_adaptive_avg_pool" + d, AdaptiveAvgRule(n, false)).Dynamic(GlobalPoolingOnly(n, false));
     Register("_adaptive_avg_pool" + d + "_backward", AdaptiveAvgRule(n, true)).Dynamic(GlobalPoolingOnly(n, true));
   }

@@ -2,10 +2,11 @@
 (TORCH_TPU_DYNAMIC_SHAPES=auto): a CNN's ragged last batch (a DataLoader
 without drop_last) compiles nothing inside a warm batch bucket.
 Convolutions (run static at the bucket on zero-filled padding), max pooling
-(on -inf padding), global average pooling, group norm and nearest upsampling
-by a scale factor are dynamic in their spatial dims too: a new image size
-inside a warm bucket compiles nothing, in training as in evaluation. Average
-pooling, adaptive pooling to other sizes and bilinear upsampling keep their
+(on -inf padding), average pooling whose windows never clip at the end,
+global average pooling, group norm and nearest upsampling by a scale factor
+are dynamic in their spatial dims too: a new image size inside a warm bucket
+compiles nothing, in training as in evaluation. Average pooling with
+ceil_mode, adaptive pooling to other sizes and bilinear upsampling keep their
 spatial dims static, and debug.stats() says so for a new resolution. Every loss and
 weight is compared with PyTorch on the CPU; compiles are read from
 debug.stats()."""
@@ -221,12 +222,30 @@ def test_max_pooling_at_new_sizes_keeps_cpus_indices_and_nan():
             torch.testing.assert_close(xd.grad.cpu(), xc.grad)
 
 
+def test_average_pooling_at_new_sizes_equals_cpu():
+    # Dynamic in space where its real windows divide alike at the bucket (no ceil_mode;
+    # count_include_pad or no padding; a divisor override); static otherwise.
+    for side in (9, 12, 11, 10):
+        x = torch.randn(2, 3, side, side + 1, generator=torch.Generator().manual_seed(side))
+        for kw in (dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
+                   dict(kernel_size=3, stride=2, padding=1, count_include_pad=False),
+                   dict(kernel_size=2, ceil_mode=True), dict(kernel_size=3, stride=2, divisor_override=5)):
+            xc = x.clone().requires_grad_()
+            xd = x.to("tpu").requires_grad_()
+            want, got = F.avg_pool2d(xc, **kw), F.avg_pool2d(xd, **kw)
+            torch.testing.assert_close(got.cpu(), want, msg=str(kw))
+            want.square().sum().backward()
+            got.square().sum().backward()
+            torch.testing.assert_close(xd.grad.cpu(), xc.grad, msg=str(kw))
+
+
 def test_a_pooling_at_a_new_resolution_runs_exact_and_says_why():
     with torch.no_grad():
         for side in (8, 10, 12):
             x = torch.randn(2, 3, side, side)
             debug.reset_stats()
-            torch.testing.assert_close(F.avg_pool2d(x.to("tpu"), 2).cpu(), F.avg_pool2d(x, 2))
+            want = F.avg_pool2d(x, 3, 2, ceil_mode=True)
+            torch.testing.assert_close(F.avg_pool2d(x.to("tpu"), 3, 2, ceil_mode=True).cpu(), want)
     reasons = debug.stats()["exact_reasons"].get("avg_pool2d", {})
     assert "the channel and spatial dims of a pooling or upsampling are static" in reasons, debug.stats()["exact_reasons"]
 
