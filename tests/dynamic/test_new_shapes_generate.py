@@ -234,6 +234,9 @@ def test_static_cache_compiled_decode_new_prompt_lengths_compile_nothing(llama):
 
     cpu, dev = llama
     dev.__dict__.pop("_previous_max_cache_length", None)  # earlier tests' caches
+    # Dynamo's caches are the process's: another test file's StaticCache decode
+    # (the same LlamaForCausalLM.forward) may have made its length dynamic already.
+    torch._dynamo.reset()
 
     for n in (49, 50, 51):
         ids = prompt(1, n, seed=n)[0]
@@ -260,6 +263,7 @@ def test_static_cache_compiled_decode_new_batch_sizes_compile_nothing(llama):
     from torch_tpu import compile as tpu_compile
 
     cpu, dev = llama
+    torch._dynamo.reset()  # as in a fresh process (see above)
     for b in (4, 5, 3, 6, 7):
         ids = prompt(b, 17, seed=b)[0]
         debug.reset_stats()
