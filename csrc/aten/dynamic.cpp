@@ -19,6 +19,10 @@
 // bucket its dim has already run at that holds it (a batch of 3 after
 // batches 4 and 5 runs in their 8-bucket), so small sizes below a warm
 // bucket compile nothing while a small batch alone pads to at most 2x.
+// A dim that merges padded dims of its storage (an image's h*w pixels read
+// as tokens) takes the product of their padded sizes instead, and storages
+// that keep such a product hand it on to their readers (ProductBuckets): two
+// image sizes in one bucket share their tokens' bucket too.
 //
 // Storage (runtime.h DeviceStorage::padded_shape): a dynamic op's result
 // keeps its buffer at its bound's bucket, the real elements at the front of
@@ -35,7 +39,9 @@
 // (RuleEntry::dynamic: elementwise, reductions, softmax, matmul, clone, cat,
 // stack, constant_pad_nd, embedding and its backward, masked_fill, cumsum,
 // isin, norms, losses, attention and its backward in their batch and
-// sequence dims; a rule states which dims it keeps static), in their
+// sequence dims, convolutions and poolings in their batch and spatial dims,
+// run static at the bucket on filled padding; a rule states which dims it
+// keeps static), in their
 // functional form when the outputs are dense, and in their in-place forms on
 // whole storages (fills, copies, elementwise updates: the result becomes the
 // storage's padded buffer; a fill's or copy's destination is never laid out
