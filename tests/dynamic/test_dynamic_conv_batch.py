@@ -55,30 +55,39 @@ def _pair(model=None, seed=0):
     return cpu, dev.to("tpu")
 
 
-def _step(model, opt, x, y):
+def _step(model, opt, x, y, loss=F.cross_entropy):
     opt.zero_grad()
-    loss = F.cross_entropy(model(x), y)
-    loss.backward()
+    value = loss(model(x), y)
+    value.backward()
     opt.step()
-    return loss.detach()
+    return value.detach()
+
+
+def _train_equal_to_cpu(cpu, dev, batches, loss=F.cross_entropy, warm=2, atol=1e-6):
+    """SGD steps on `batches` (CPU (input, target) pairs) on both models: each loss and every
+    state entry (running statistics too) equal to CPU's; nothing compiles after the first `warm`."""
+    opts = torch.optim.SGD(cpu.parameters(), lr=0.1), torch.optim.SGD(dev.parameters(), lr=0.1)
+    for i, (x, y) in enumerate(batches):
+        debug.reset_stats()
+        got = _step(dev, opts[1], x.to("tpu"), y.to("tpu"), loss)
+        s = debug.stats()
+        want = _step(cpu, opts[0], x, y, loss)
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
+        for (name, p), q in zip(dev.state_dict().items(), cpu.state_dict().values()):
+            torch.testing.assert_close(p.cpu(), q, rtol=1e-5, atol=atol, msg=name)
+        if i >= warm:
+            assert s["compiles"] == 0, (tuple(x.shape), s["compiles_by_op"], s["exact_reasons"])
+            assert s["dynamic_hits"] > 0
 
 
 def test_ragged_batches_train_equal_to_cpu_and_compile_nothing():
     cpu, dev = _pair()
-    opts = torch.optim.SGD(cpu.parameters(), lr=0.1), torch.optim.SGD(dev.parameters(), lr=0.1)
     # Batch 8, then 6: the second size makes the batch dim dynamic (bucket 8).
+    batches = []
     for i, b in enumerate((8, 6, 5, 7, 3)):
         g = torch.Generator().manual_seed(i)
-        x, y = torch.randn(b, 3, 16, 16, generator=g), torch.randint(0, 5, (b,), generator=g)
-        debug.reset_stats()
-        got = _step(dev, opts[1], x.to("tpu"), y.to("tpu"))
-        s = debug.stats()
-        want = _step(cpu, opts[0], x, y)
-        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
-        for (name, p), q in zip(dev.state_dict().items(), cpu.state_dict().values()):  # running stats too
-            torch.testing.assert_close(p.cpu(), q, rtol=1e-5, atol=1e-6, msg=name)
-        if i >= 2:
-            assert s["compiles"] == 0, (b, s["compiles_by_op"], s["exact_reasons"])
+        batches.append((torch.randn(b, 3, 16, 16, generator=g), torch.randint(0, 5, (b,), generator=g)))
+    _train_equal_to_cpu(cpu, dev, batches)
     # Evaluation (batch norm on its running statistics) at new batch sizes.
     cpu.eval(), dev.eval()
     with torch.no_grad():
@@ -114,32 +123,14 @@ class FullyConvolutional(nn.Module):
 
 def test_new_resolutions_in_a_warm_bucket_train_equal_to_cpu_and_compile_nothing():
     cpu, dev = _pair(FullyConvolutional, seed=3)
-    opts = torch.optim.SGD(cpu.parameters(), lr=0.1), torch.optim.SGD(dev.parameters(), lr=0.1)
-
-    def step(model, opt, x, target):
-        opt.zero_grad()
-        loss = F.mse_loss(model(x), target)
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
     # 32 compiles static, 40 makes the spatial dims dynamic (bucket 40: 37..40;
     # its stride-2 results 19..20 in bucket 20); odd and even sizes follow.
+    batches = []
     for i, side in enumerate((32, 40, 38, 37, 39)):
         g = torch.Generator().manual_seed(i)
-        x = torch.randn(2, 3, side, side, generator=g)
         out = (4 * ((side + 1) // 2) - 3) // 2 + 1
-        target = torch.randn(2, 2, out, out, generator=g)
-        debug.reset_stats()
-        got = step(dev, opts[1], x.to("tpu"), target.to("tpu"))
-        s = debug.stats()
-        want = step(cpu, opts[0], x, target)
-        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
-        for (name, p), q in zip(dev.state_dict().items(), cpu.state_dict().values()):
-            torch.testing.assert_close(p.cpu(), q, rtol=1e-5, atol=1e-6, msg=name)
-        if i >= 2:
-            assert s["compiles"] == 0, (side, s["compiles_by_op"], s["exact_reasons"])
-            assert s["dynamic_hits"] > 0
+        batches.append((torch.randn(2, 3, side, side, generator=g), torch.randn(2, 2, out, out, generator=g)))
+    _train_equal_to_cpu(cpu, dev, batches, loss=F.mse_loss)
     cpu.eval(), dev.eval()
     with torch.no_grad():
         for side in (36, 34, 35):  # a new bucket (36: 33..36), then sizes inside it
@@ -189,19 +180,11 @@ def test_a_classifier_at_new_image_sizes_trains_equal_to_cpu_and_compiles_nothin
     # Max pooling runs static at the bucket on -inf padding, its indices counted in the
     # real plane; the global average pooling divides by the real count.
     cpu, dev = _pair(Classifier, seed=4)
-    opts = torch.optim.SGD(cpu.parameters(), lr=0.1), torch.optim.SGD(dev.parameters(), lr=0.1)
+    batches = []
     for i, side in enumerate((32, 40, 38, 37, 39)):
         g = torch.Generator().manual_seed(i)
-        x, y = torch.randn(4, 3, side, side, generator=g), torch.randint(0, 5, (4,), generator=g)
-        debug.reset_stats()
-        got = _step(dev, opts[1], x.to("tpu"), y.to("tpu"))
-        s = debug.stats()
-        want = _step(cpu, opts[0], x, y)
-        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
-        for (name, p), q in zip(dev.state_dict().items(), cpu.state_dict().values()):
-            torch.testing.assert_close(p.cpu(), q, rtol=1e-5, atol=1e-5, msg=name)
-        if i >= 2:
-            assert s["compiles"] == 0, (side, s["compiles_by_op"], s["exact_reasons"])
+        batches.append((torch.randn(4, 3, side, side, generator=g), torch.randint(0, 5, (4,), generator=g)))
+    _train_equal_to_cpu(cpu, dev, batches, atol=1e-5)
 
 
 def test_max_pooling_at_new_sizes_keeps_cpus_indices_and_nan():
