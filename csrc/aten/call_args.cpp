@@ -2,8 +2,6 @@
 // parameters and cache-key text, for eager calls and graph nodes alike.
 #include "aten/call_args.h"
 
-#include <optional>
-
 #include <cstdio>
 
 namespace torch_tpu::aten {

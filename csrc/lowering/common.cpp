@@ -1,7 +1,7 @@
 // The rule registry, type promotion, broadcasting and view read/write.
-#include <cmath>
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>

@@ -126,17 +126,20 @@ std::vector<Value> NllBackward(Context& c, const std::vector<Arg>& a) {
 // The number of elements of `shape`, the broadcast of self and target, as a
 // rank-0 value of type t: a dim bounded-dynamic in either counts at run time.
 Value MseCount(Builder& b, const Value& self, const Value& target, const std::vector<int64_t>& shape, ElementType t) {
-  Value n = b.Constant(t, 1);
+  int64_t fixed = 1;
+  Value n;
   for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
-    Value size = b.Constant(t, static_cast<double>(shape[d]));
+    Value size;  // the runtime size of a dim dynamic in self or target
     for (const Value* v : {&self, &target}) {
       const int64_t vd = d - static_cast<int64_t>(shape.size()) + v->rank();
       if (vd >= 0 && vd < static_cast<int64_t>(v->type.dynamic.size()) && v->type.dynamic[vd])
         size = ElementCount(b, *v, {vd}, 1, t);
     }
-    n = b.Binary("multiply", n, size);
+    if (!size.valid()) fixed *= shape[d];
+    else n = n.valid() ? b.Binary("multiply", n, size) : size;
   }
-  return n;
+  Value count = b.Constant(t, static_cast<double>(fixed));
+  return n.valid() ? b.Binary("multiply", n, count) : count;
 }
 
 const bool registered = [] {

@@ -545,7 +545,7 @@ Rule MaxPoolBackwardRule(int64_t n, size_t index_arg = 7) {
     // Dynamic dims: the gradient's padding zeroed, its indices (into the
     // real plane) moved into the bucket's plane.
     const std::vector<Value> runtime = RuntimeSpatialSizes(b, a.at(1).tensor, n);
-    Value g = StaticFilled(b, a.at(0).tensor, 0), self = StaticFilled(b, a.at(1).tensor, 0);
+    Value g = StaticFilled(b, a.at(0).tensor, 0), self = a.at(1).tensor;  // self: its shape only
     Value ind = StaticFilled(b, a.at(index_arg).tensor, 0);
     const bool moved = std::any_of(runtime.begin(), runtime.end(), [](const Value& v) { return v.valid(); });
     if (moved) ind = ToBucketPlane(b, b.Convert(ind, ElementType::I64), self.shape(), n, runtime);
@@ -793,25 +793,43 @@ StaticDimsRule BatchOnly(std::vector<size_t> args, int64_t n) {
   };
 }
 
-// Whether a nearest upsampling's spatial sizes follow its scales: each
-// scale given and, for `sizes` (the input's spatial sizes), output_size[j]
-// is floor(sizes[j] * scales[j]) (`divided`: sizes are the output's and the
-// input's are floor(sizes[j] / scales[j])); `ints`: the sizes checked.
-bool FollowsScales(const std::vector<Arg>& a, size_t first_scale, const std::vector<int64_t>& sizes,
-                   const std::vector<int64_t>& ints, bool divided) {
-  if (a.size() < first_scale + sizes.size() || ints.size() < sizes.size()) return false;
-  for (size_t j = 0; j < sizes.size(); ++j) {
-    const Arg& scale = a[first_scale + j];
-    if (scale.kind != Arg::Kind::Double || scale.d <= 0) return false;
-    const double s = divided ? static_cast<double>(sizes[j]) / scale.d : static_cast<double>(sizes[j]) * scale.d;
-    if (ints[ints.size() - sizes.size() + j] != static_cast<int64_t>(std::floor(s))) return false;
+// Whether a call's int args are the values its size ints give (its scales
+// given): a nearest upsampling's sizes then follow its scales.
+bool SizeIntsHold(const std::vector<SizeInt>& ints, const std::vector<Arg>& a) {
+  for (const SizeInt& s : ints) {
+    if (s.arg >= a.size() || s.tensor_arg >= a.size() || a[s.tensor_arg].kind != Arg::Kind::Tensor) return false;
+    double scale = 1.0;
+    if (s.scale_arg >= 0) {
+      if (static_cast<size_t>(s.scale_arg) >= a.size() || a[s.scale_arg].kind != Arg::Kind::Double ||
+          a[s.scale_arg].d <= 0)
+        return false;
+      scale = a[s.scale_arg].d;
+    }
+    const std::vector<int64_t>& ints_arg = a[s.arg].ints;
+    const int64_t value = s.element < 0 ? a[s.arg].i
+                          : static_cast<size_t>(s.element) < ints_arg.size() ? ints_arg[s.element] : -1;
+    if (s.Of(a[s.tensor_arg].tensor.shape(), scale) != value) return false;
   }
   return true;
 }
 
-std::vector<int64_t> Spatial(const Arg& t, int64_t n) {
-  const std::vector<int64_t>& s = t.tensor.shape();
-  return std::vector<int64_t>(s.end() - std::min<int64_t>(n, static_cast<int64_t>(s.size())), s.end());
+// The channel dim (the one before the n spatial ones) of tensor args `args`
+// kept static: a window op that runs static at the bucket on filled padding.
+void KeepChannels(const std::vector<size_t>& args, int64_t n, StaticDims& s) {
+  for (size_t arg : args) {
+    const size_t rank = s.Rank(arg);
+    if (rank > static_cast<size_t>(n)) s.Dim(arg, rank - static_cast<size_t>(n) - 1);
+  }
+}
+
+// A nearest upsampling (or its backward, `size_ints` its) whose sizes follow
+// its scales (SizeIntsHold) runs dynamic in space too; otherwise in its batch.
+StaticDimsRule NearestSpatial(std::vector<size_t> args, int64_t n, std::vector<SizeInt> size_ints) {
+  return [args, n, size_ints](const std::vector<Arg>& a, StaticDims& s) {
+    if (!SizeIntsHold(size_ints, a)) return BatchOnly(args, n)(a, s);
+    KeepChannels(args, n, s);
+    s.Because("an upsampling's channel dim is static");
+  };
 }
 
 // A nearest upsampling (or its backward) with its scales given (an
@@ -823,25 +841,17 @@ std::vector<int64_t> Spatial(const Arg& t, int64_t n) {
 // padding). With an output_size alone (the map depends on the ratio of the
 // sizes) they stay static, as its channels do.
 void NearestUpsample(const std::string& name, Rule rule, int64_t n) {
-  RuleEntry& e = Register(name, std::move(rule)).Dynamic([n](const std::vector<Arg>& a, StaticDims& s) {
-    if (a.empty() || a[0].kind != Arg::Kind::Tensor || !FollowsScales(a, 2, Spatial(a[0], n), a.at(1).ints, false))
-      return BatchOnly({0}, n)(a, s);
-    s.Dim(0, 1);
-    s.Because("an upsampling's channel dim is static");
-  });
-  for (int64_t j = 0; j < n; ++j)
-    e.dynamic.size_ints.push_back({1, 0, static_cast<size_t>(2 + j), 3 + j, j, 2 + j});
+  std::vector<SizeInt> size_ints;
+  for (int64_t j = 0; j < n; ++j) size_ints.push_back({1, 0, static_cast<size_t>(2 + j), 3 + j, j, 2 + j});
+  Register(name, std::move(rule)).Dynamic(NearestSpatial({0}, n, size_ints)).dynamic.size_ints = size_ints;
 }
 
 // Max pooling (and its backward) runs static at the bucket on -inf padding,
 // its indices counted in the real plane: dynamic in batch and spatial dims,
 // the channel dim of tensor args `args` static.
 StaticDimsRule ChannelsOnly(std::vector<size_t> args, int64_t n) {
-  return [args, n](const std::vector<Arg>& a, StaticDims& s) {
-    for (size_t arg : args) {
-      const size_t rank = s.Rank(arg);
-      if (rank > static_cast<size_t>(n)) s.Dim(arg, rank - static_cast<size_t>(n) - 1);
-    }
+  return [args, n](const std::vector<Arg>&, StaticDims& s) {
+    KeepChannels(args, n, s);
     s.Because("a max pooling's channel dim is static");
   };
 }
@@ -859,18 +869,15 @@ StaticDimsRule AvgPoolSpatial(std::vector<size_t> args, size_t first, int64_t n)
     const bool no_padding = std::all_of(padding.ints.begin(), padding.ints.end(), [](int64_t p) { return p == 0; });
     if (a.at(first + 5).kind != K::Int && (ceil_mode || (!include_pad && !no_padding)))
       return BatchOnly(args, n)(a, s);
-    for (size_t arg : args) {
-      const size_t rank = s.Rank(arg);
-      if (rank > static_cast<size_t>(n)) s.Dim(arg, rank - static_cast<size_t>(n) - 1);
-    }
+    KeepChannels(args, n, s);
     s.Because("an average pooling's channel dim is static");
   };
 }
 
 // An adaptive average pooling to one element per channel (a CNN's global
 // pooling) is a mean over the spatial dims: those may be dynamic; to other
-// sizes its bins depend on the input's sizes (spatial dims static). `grad`:
-// the backward's (grad_output [.., 1, 1], self).
+// sizes its bins depend on the input's sizes (spatial dims static).
+// `backward`: (grad_output [.., 1, 1], self).
 StaticDimsRule GlobalPoolingOnly(int64_t n, bool backward) {
   return [n, backward](const std::vector<Arg>& a, StaticDims& s) {
     bool global = true;
@@ -880,11 +887,9 @@ StaticDimsRule GlobalPoolingOnly(int64_t n, bool backward) {
     } else {
       for (int64_t o : a.at(1).ints) global &= o == 1;
     }
-    if (!global) return BatchOnly(backward ? std::vector<size_t>{0, 1} : std::vector<size_t>{0}, n)(a, s);
-    for (size_t arg : backward ? std::vector<size_t>{0, 1} : std::vector<size_t>{0}) {
-      const size_t rank = s.Rank(arg);
-      if (rank > static_cast<size_t>(n)) s.Dim(arg, rank - static_cast<size_t>(n) - 1);
-    }
+    const std::vector<size_t> args = backward ? std::vector<size_t>{0, 1} : std::vector<size_t>{0};
+    if (!global) return BatchOnly(args, n)(a, s);
+    KeepChannels(args, n, s);
     s.Because("an adaptive average pooling's channel dim is static");
   };
 }
@@ -900,19 +905,15 @@ void UpsampleBackward(const std::string& name, Rule rule, int64_t n) {
 // scales...): as the forward (NearestUpsample), output_size[j] the
 // gradient's size and input_size[2 + j] floor(it / scales[j]).
 void NearestUpsampleBackward(const std::string& name, Rule rule, int64_t n) {
-  RuleEntry& e = Register(name, std::move(rule)).Dynamic([n](const std::vector<Arg>& a, StaticDims& s) {
-    if (a.empty() || a[0].kind != Arg::Kind::Tensor || a.at(1).ints != Spatial(a[0], n) ||
-        !FollowsScales(a, 3, Spatial(a[0], n), a.at(2).ints, true))
-      return BatchOnly({0}, n)(a, s);
-    s.Dim(0, 1);
-    s.Because("an upsampling's channel dim is static");
-  });
-  e.dynamic.size_ints = {{2, 0, 0, 1, 0}};
+  std::vector<SizeInt> size_ints{{2, 0, 0, 1, 0}};
   for (int64_t j = 0; j < n; ++j) {
     const size_t dim = static_cast<size_t>(2 + j);
-    e.dynamic.size_ints.push_back({1, 0, dim, 3 + j, j});
-    e.dynamic.size_ints.push_back({2, 0, dim, 3 + j, 2 + j, 3 + j, true});
+    size_ints.push_back({1, 0, dim, 3 + j, j});
+    size_ints.push_back({2, 0, dim, 3 + j, 2 + j, 3 + j, true});
   }
+  // Dynamic in space when all of them hold (the batch one always does).
+  std::vector<SizeInt> spatial(size_ints.begin() + 1, size_ints.end());
+  Register(name, std::move(rule)).Dynamic(NearestSpatial({0}, n, spatial)).dynamic.size_ints = size_ints;
 }
 
 const bool registered = [] {
