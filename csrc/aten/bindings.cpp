@@ -186,6 +186,7 @@ py::dict Stats() {
   auto dyn = torch_tpu::aten::DynamicStats();  // bounded dynamic shapes (dynamic.cpp)
   d["dynamic_executables"] = dyn.executables;
   d["dynamic_hits"] = dyn.hits;
+  d["dynamic_hit_path_hits"] = dyn.hit_path_hits;
   d["dynamic_exact_fallbacks"] = dyn.exact_fallbacks;
   d["compiles_by_op"] = dyn.compiles_by_op;
   d["dynamic_compiles_by_op"] = dyn.dynamic_compiles_by_op;

@@ -175,21 +175,40 @@ Emitted EmitCall(const Call& call, hlo::Builder& b, const std::vector<hlo::Value
                  const std::vector<hlo::Value>* reads = nullptr);
 
 // ---- bounded dynamic shapes (dynamic.cpp)
+class FastCall;
+// How a bounded-dynamic launch leaves a fresh result's storage: its buffer
+// at `padded` sizes (storage order) with the real `real` elements at the
+// front of each dim, `product` its product-bucket dims (empty: none);
+// `padded` empty: an exact buffer.
+struct ResultLayout {
+  std::vector<int64_t> real, padded;
+  std::vector<bool> product;
+  void Apply(runtime::DeviceStorage* s, pjrt::BufferPtr buffer) const;
+};
+// What a bounded-dynamic launch of a call took, for the hit path to launch
+// it again (FastCall::RememberBounded).
+struct BoundedLaunch {
+  pjrt::ExecutablePtr exe;
+  std::vector<std::string> checks;
+  std::vector<bool> taken;     // per plan parameter: whether it is a module parameter
+  std::vector<int64_t> sizes;  // the runtime sizes (i32) after those
+  std::vector<ResultLayout> results;  // per fresh result
+};
 // Strict eager, on a miss of the exact-shape cache: runs the call on a
 // bounded-dynamic executable when its signature has dynamic dims; nullopt
-// when the call runs with exact shapes.
+// when the call runs with exact shapes. `fast` remembers the launch.
 std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::OperatorHandle& op,
-                                                   const std::vector<c10::IValue>& args);
+                                                   const std::vector<c10::IValue>& args, FastCall& fast);
 // An op on rows (DynamicShapes::rows_args: mm, addmm, log_softmax,
 // nll_loss, ...) whose rows are a padded storage's folded outer dims (a
 // linear on a [b, s, h] activation padded in b and s, a causal LM's [b*s, V]
 // logits): runs on the buffer's rows, its results with rows padded like them
 // (padded_rows.cpp); nullopt: not such a call.
-std::optional<std::vector<c10::IValue>> RunOnPaddedRows(const Call& call);
+std::optional<std::vector<c10::IValue>> RunOnPaddedRows(const Call& call, FastCall& fast);
 // mm contracting such rows (grad_output^T @ input: a linear's weight
 // gradient): all the buffer rows, the padding rows zeroed; the result exact
 // (padded_rows.cpp); nullopt: not such a call.
-std::optional<std::vector<c10::IValue>> RunOnContractedRows(const Call& call);
+std::optional<std::vector<c10::IValue>> RunOnContractedRows(const Call& call, FastCall& fast);
 // A small factory at a new size computed by PyTorch's CPU kernel and
 // uploaded (host_factory.cpp); nullopt: compile as usual.
 std::optional<std::vector<c10::IValue>> RunFactoryOnHost(const Call& call, const c10::OperatorHandle& op,
@@ -203,6 +222,7 @@ const std::vector<OutputSpec>* DynamicSpecs(const std::string& key);
 void ClearEagerExecutables();    // eager.cpp: the exact-shape cache
 void ClearChainExecutables();    // fused.cpp: fused chains'
 void ClearFastEntries();         // call_fast.cpp
+void ClearBoundedFastEntries();  // call_fast.cpp: its bounded-dynamic launches only
 void ClearPaddedRowsExecutables();  // padded_rows.cpp
 void ClearDynamicExecutables();  // dynamic.cpp: bounded-dynamic ones, their specs and failures
 void ClearHostFactorySizes();    // host_factory.cpp: which factories compiled a size
@@ -223,7 +243,9 @@ struct KnownParam {
 
 // ---- the hit path (call_fast.cpp): a cached functional call launched
 // straight from its arguments, by a fingerprint of its signature; in fused
-// eager, a signature recorded before is recorded again the same way.
+// eager, a signature recorded before is recorded again the same way. A
+// bounded-dynamic launch is launched again for the same exact sizes and
+// storage layouts (a warm call at a size inside a bucket).
 using Fingerprint = c10::SmallVector<int64_t, 48>;
 class FastCall {
  public:
@@ -236,10 +258,18 @@ class FastCall {
                 const std::vector<std::string>& checks);
   // After the full path recorded the same call into a fused chain.
   void RememberRecorded(const std::shared_ptr<const KeptCall>& kept);
+  // After the full path launched the same call bounded-dynamic, its inputs'
+  // storages left in the layouts they had (none padded through the host).
+  void RememberBounded(const Call& call, BoundedLaunch launch);
 
  private:
   bool eligible_ = false;
   bool recording_ = false;
+  bool any_padded_ = false;   // a storage is padded: only a bounded launch takes the call
+  bool any_pending_ = false;  // a storage is pending in the fused chain: none does
+  bool any_hinted_ = false;   // a tensor carries mark_dynamic hints: the full path reads them
+  c10::SmallVector<runtime::DeviceStorage*, 8> storages_;
+  c10::SmallVector<uint64_t, 8> layouts_;  // per storage: its buffer and layout, hashed
   Fingerprint fingerprint_;
   uint64_t hash_ = 0;
   int device_ = -1;

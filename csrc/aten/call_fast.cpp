@@ -11,6 +11,13 @@
 // lists, pending fused values, padded storages, strings, runtime floats,
 // calls without tpu tensors) takes the full path.
 //
+// A bounded-dynamic launch (dynamic.cpp, padded_rows.cpp) of a functional
+// call is remembered the same way: a later call with the same fingerprint
+// (the same exact sizes, its padded storages in the same layouts) launches
+// the same executable with the same runtime sizes, its results laid out as
+// before. The fingerprint then says of each padded storage its layout and
+// the view's offset; a call on padded storages takes no other entry.
+//
 // Fused eager has its own entries: a functional call recorded into a chain
 // by the full path is kept (fused.cpp: KeptCall) under its fingerprint, and a
 // later call with the same fingerprint is recorded from it, its parameters
@@ -19,10 +26,12 @@
 #include <ATen/EmptyTensor.h>
 #include <c10/util/SmallVector.h>
 
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 
 #include "aten/call.h"
+#include "aten/dynamic.h"
 #include "runtime/launch_queue.h"
 
 namespace torch_tpu::aten {
@@ -53,6 +62,20 @@ struct FastEntry {
 
 std::unordered_map<uint64_t, FastEntry>& Entries() {
   static auto* m = new std::unordered_map<uint64_t, FastEntry>();
+  return *m;
+}
+
+// A bounded-dynamic launch of one signature at one set of exact sizes.
+struct BoundedEntry {
+  std::vector<int64_t> fingerprint;
+  BoundedLaunch launch;
+  std::vector<Source> sources;      // per module parameter
+  std::vector<OutputSpec> outputs;  // the op's outputs, undefined ones included
+  std::vector<ElementType> dtypes;  // per defined output: its storage dtype
+};
+
+std::unordered_map<uint64_t, BoundedEntry>& BoundedEntries() {
+  static auto* m = new std::unordered_map<uint64_t, BoundedEntry>();
   return *m;
 }
 
@@ -94,17 +117,40 @@ DeviceStorage* StorageOfTensor(const at::Tensor& t) {
   return s;
 }
 
+// What the fingerprint says of a padded storage read at `offset`: its
+// layout and the offset (which window of it a dynamic op reads).
+void PaddedPrint(const DeviceStorage& s, int64_t offset, Fingerprint* fp) {
+  fp->push_back(-2);
+  fp->push_back(offset);
+  fp->push_back(static_cast<int64_t>(s.padded_shape.size()));
+  for (int64_t d : s.real_shape) fp->push_back(d);
+  for (int64_t d : s.padded_shape) fp->push_back(d);
+  for (bool p : s.product_dims) fp->push_back(p);
+}
+
+// A storage's buffer and layout, hashed: whether a call changed them.
+uint64_t LayoutHash(const DeviceStorage& s) {
+  uint64_t h = reinterpret_cast<uintptr_t>(s.buffer.get()) * 1099511628211ULL;
+  for (int64_t d : s.real_shape) h = (h ^ static_cast<uint64_t>(d)) * 1099511628211ULL;
+  for (int64_t d : s.padded_shape) h = (h ^ static_cast<uint64_t>(d + 7)) * 1099511628211ULL;
+  return h;
+}
+
+// What a call's fingerprint has met so far.
+struct PrintState {
+  bool recording = false;  // a storage pending in the fused chain is taken (its value is the chain's)
+  bool any_padded = false, any_pending = false, any_hinted = false;
+  Storages* storages = nullptr;  // the call's storages so far (aliasing is part of the signature)
+};
+
 // Appends what the key says of one tpu tensor; false if the hit path
-// cannot take it. `storages`: the call's storages so far (aliasing is part
-// of the signature).
-// `recording`: a storage pending in the fused chain is taken (its value is
-// the chain's).
-bool TensorPrint(const at::Tensor& t, const OpDesc& desc, bool recording, Storages& storages,
-                 Fingerprint* fp) {
+// cannot take it.
+bool TensorPrint(const at::Tensor& t, const OpDesc& desc, PrintState& ps, Fingerprint* fp) {
   if (t.device().type() != c10::DeviceType::PrivateUse1) return false;
   DeviceStorage* s = StorageOfTensor(t);
   ElementType dtype = ToElementType(t.scalar_type(), desc.name.c_str());
-  if (s->padded() || s->dtype != dtype || !(s->pending() ? recording : s->buffer != nullptr)) return false;
+  if (s->dtype != dtype || !(s->pending() ? ps.recording : s->buffer != nullptr)) return false;
+  Storages& storages = *ps.storages;
   size_t index = std::find(storages.begin(), storages.end(), s) - storages.begin();
   if (index == storages.size()) storages.push_back(s);
   fp->push_back(static_cast<int64_t>(dtype));
@@ -115,12 +161,18 @@ bool TensorPrint(const at::Tensor& t, const OpDesc& desc, bool recording, Storag
   fp->push_back(t.dim());
   for (int64_t d : t.sizes()) fp->push_back(d);
   for (int64_t d : t.strides()) fp->push_back(d);
+  ps.any_pending |= s->pending();
+  ps.any_hinted |= CarriesDynamicHints(t);
+  if (s->padded()) {
+    ps.any_padded = true;
+    PaddedPrint(*s, t.storage_offset(), fp);
+  }
   return true;
 }
 
 // Appends argument i's part of the signature; false if the hit path cannot take it.
-bool ArgPrint(const OpDesc& desc, const c10::Argument& a, const c10::IValue& v, bool recording,
-              Storages& storages, Fingerprint* fp) {
+bool ArgPrint(const OpDesc& desc, const c10::Argument& a, const c10::IValue& v, PrintState& ps,
+              Fingerprint* fp) {
   if (v.isNone()) {
     fp->push_back(-1);
     return true;
@@ -129,7 +181,13 @@ bool ArgPrint(const OpDesc& desc, const c10::Argument& a, const c10::IValue& v, 
   fp->push_back(static_cast<int64_t>(kind));
   switch (kind) {
     case c10::TypeKind::TensorType:
-      return v.isTensor() && v.toTensor().defined() && TensorPrint(v.toTensor(), desc, recording, storages, fp);
+      if (!v.isTensor() || !v.toTensor().defined()) return false;
+      if (v.toTensor().unsafeGetTensorImpl()->is_wrapped_number()) {  // a Python number: a runtime scalar
+        fp->push_back(-3);
+        fp->push_back(static_cast<int64_t>(v.toTensor().scalar_type()));
+        return true;
+      }
+      return TensorPrint(v.toTensor(), desc, ps, fp);
     case c10::TypeKind::NumberType:
       fp->push_back(ScalarCategory(v.toScalar()));
       return true;
@@ -152,6 +210,16 @@ bool ArgPrint(const OpDesc& desc, const c10::Argument& a, const c10::IValue& v, 
       fp->push_back(static_cast<int64_t>(v.toListRef().size()));
       for (const c10::IValue& e : v.toListRef()) fp->push_back(e.toInt());
       return true;
+    case c10::TypeKind::StringType: {  // baked into the module (gelu's approximate, a reduction's name)
+      const std::string& text = v.toStringRef();
+      fp->push_back(static_cast<int64_t>(text.size()));
+      for (size_t i = 0; i < text.size(); i += 8) {
+        int64_t chunk = 0;
+        std::memcpy(&chunk, text.data() + i, std::min<size_t>(8, text.size() - i));
+        fp->push_back(chunk);
+      }
+      return true;
+    }
     case c10::TypeKind::ScalarTypeType:
       fp->push_back(static_cast<int64_t>(v.toScalarType()));
       return true;
@@ -173,8 +241,10 @@ uint64_t Hash(const Fingerprint& fp) {
 }
 
 // Which plan parameter comes from which argument; false if one comes from
-// something else (an RNG state, a CPU tensor, a runtime float).
-bool SourcesOf(const Plan& plan, std::vector<Source>* sources) {
+// something else (an RNG state, a CPU tensor, a runtime float). `taken`:
+// per plan parameter, whether the module takes it (all when empty); the
+// sources of those alone.
+bool SourcesOf(const Plan& plan, std::vector<Source>* sources, const std::vector<bool>& taken = {}) {
   std::vector<bool> found(plan.params.size(), false);
   sources->assign(plan.params.size(), Source{Source::Kind::Buffer, 0});
   auto set = [&](int p, Source s) {
@@ -191,7 +261,15 @@ bool SourcesOf(const Plan& plan, std::vector<Source>* sources) {
       set(a.param, {Source::Kind::Scalar, i, plan.params[a.param].dtype});
     }
   }
-  return std::find(found.begin(), found.end(), false) == found.end();
+  if (taken.empty()) return std::find(found.begin(), found.end(), false) == found.end();
+  std::vector<Source> kept;
+  for (size_t p = 0; p < found.size(); ++p) {
+    if (!taken.at(p)) continue;
+    if (!found[p]) return false;
+    kept.push_back((*sources)[p]);
+  }
+  *sources = std::move(kept);
+  return true;
 }
 
 runtime::LaunchParam ParamFrom(const Source& src, const std::vector<c10::IValue>& args) {
@@ -206,7 +284,7 @@ runtime::LaunchParam ParamFrom(const Source& src, const std::vector<c10::IValue>
       break;
   }
   Param q{Param::Kind::Scalar};
-  q.scalar = v.toScalar();
+  q.scalar = v.isTensor() ? v.toTensor().item() : v.toScalar();  // a wrapped Python number, or a Scalar
   q.dtype = src.dtype;
   return LaunchValue(no_storages, q);
 }
@@ -260,12 +338,50 @@ std::vector<c10::IValue> Launch(const OpDesc& desc, const FastEntry& e,
   return results;
 }
 
+std::vector<c10::IValue> LaunchBounded(const OpDesc& desc, const BoundedEntry& e,
+                                       const std::vector<c10::IValue>& args, int device) {
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
+  const BoundedLaunch& b = e.launch;
+  runtime::Launch launch;
+  launch.exe = b.exe.get();
+  launch.device = device;
+  launch.op = &desc.name;
+  launch.checks = &b.checks;
+  launch.params.reserve(e.sources.size() + b.sizes.size());
+  for (const Source& s : e.sources) launch.params.push_back(ParamFrom(s, args));
+  for (int64_t size : b.sizes) launch.params.push_back(runtime::LaunchParam::Integer(size, ElementType::I32));
+  std::vector<pjrt::BufferPtr> outs = runtime::Run(GetRuntime(), launch);
+  std::vector<c10::IValue> results;
+  results.reserve(e.outputs.size());
+  size_t k = 0;
+  for (const OutputSpec& spec : e.outputs) {
+    if (!spec.defined) {
+      results.emplace_back(at::Tensor());
+      continue;
+    }
+    at::Tensor t = at::detail::empty_strided_generic(
+        spec.sizes, spec.strides, DeviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+        spec.dtype);
+    DeviceStorage* s = StorageOfTensor(t);
+    s->dtype = e.dtypes[k];
+    b.results[k].Apply(s, outs.at(k));
+    ++k;
+    results.emplace_back(std::move(t));
+  }
+  CountDynamicHit(/*hit_path=*/true);
+  CountNative(desc);
+  return results;
+}
+
 }  // namespace
 
 void ClearFastEntries() {
   Entries().clear();
   RecordEntries().clear();
+  BoundedEntries().clear();
 }
+
+void ClearBoundedFastEntries() { BoundedEntries().clear(); }
 
 std::optional<std::vector<c10::IValue>> FastCall::TryLaunch(const OpDesc& desc,
                                                             const c10::FunctionSchema& schema,
@@ -276,18 +392,33 @@ std::optional<std::vector<c10::IValue>> FastCall::TryLaunch(const OpDesc& desc,
   if (runtime::launch_queue::Busy()) return std::nullopt;
   if (desc.variant != Variant::Functional || desc.rule->random()) return std::nullopt;
   recording_ = Recording();
-  Storages storages;
+  storages_.clear();
+  PrintState ps;
+  ps.recording = recording_;
+  ps.storages = &storages_;
   fingerprint_.clear();
   fingerprint_.push_back(reinterpret_cast<intptr_t>(&desc));
   fingerprint_.push_back(at::globalContext().float32MatmulPrecision() ==
                          at::Float32MatmulPrecision::HIGHEST);
   const auto& formals = schema.arguments();
   for (size_t i = 0; i < args.size(); ++i)
-    if (!ArgPrint(desc, formals[i], args[i], recording_, storages, &fingerprint_)) return std::nullopt;
-  if (storages.empty()) return std::nullopt;  // scalars may key the output shape
+    if (!ArgPrint(desc, formals[i], args[i], ps, &fingerprint_)) return std::nullopt;
+  if (storages_.empty()) return std::nullopt;  // scalars may key the output shape
   eligible_ = true;
+  any_padded_ = ps.any_padded;
+  any_pending_ = ps.any_pending;
+  any_hinted_ = ps.any_hinted;
   hash_ = Hash(fingerprint_);
-  device_ = storages[0]->device;
+  device_ = storages_[0]->device;
+  if (DynamicShapesActive() && !any_pending_ && !any_hinted_) {
+    layouts_.clear();
+    for (const DeviceStorage* s : storages_) layouts_.push_back(LayoutHash(*s));
+    auto& bounded = BoundedEntries();
+    auto it = bounded.find(hash_);
+    if (it != bounded.end() && Same(it->second.fingerprint, fingerprint_))
+      return LaunchBounded(desc, it->second, args, device_);
+  }
+  if (any_padded_) return std::nullopt;
   if (recording_) {
     auto& entries = RecordEntries();
     auto it = entries.find(hash_);
@@ -302,7 +433,7 @@ std::optional<std::vector<c10::IValue>> FastCall::TryLaunch(const OpDesc& desc,
 }
 
 void FastCall::RememberRecorded(const std::shared_ptr<const KeptCall>& kept) {
-  if (!eligible_ || !recording_ || !kept || kept->call.plan.device != device_) return;
+  if (!eligible_ || any_padded_ || !recording_ || !kept || kept->call.plan.device != device_) return;
   const Call& call = kept->call;
   RecordEntry e;
   if (!call.written.empty() || !SourcesOf(call.plan, &e.sources)) return;
@@ -315,7 +446,7 @@ void FastCall::RememberRecorded(const std::shared_ptr<const KeptCall>& kept) {
 
 void FastCall::Remember(const Call& call, const pjrt::ExecutablePtr& exe,
                         const std::vector<OutputSpec>& outputs, const std::vector<std::string>& checks) {
-  if (!eligible_ || recording_ || call.plan.device != device_) return;
+  if (!eligible_ || any_padded_ || recording_ || call.plan.device != device_) return;
   FastEntry e;
   if (!SourcesOf(call.plan, &e.sources)) return;
   e.fingerprint.assign(fingerprint_.begin(), fingerprint_.end());
@@ -328,6 +459,25 @@ void FastCall::Remember(const Call& call, const pjrt::ExecutablePtr& exe,
   e.checks = checks;
   auto& entries = Entries();
   if (entries.size() >= 8192) entries.clear();  // signatures that never repeat
+  entries[hash_] = std::move(e);
+}
+
+void FastCall::RememberBounded(const Call& call, BoundedLaunch launch) {
+  if (!eligible_ || any_pending_ || any_hinted_ || !DynamicShapesActive()) return;
+  if (call.plan.device != device_ || !call.written.empty() || layouts_.size() != storages_.size()) return;
+  for (size_t i = 0; i < storages_.size(); ++i)  // padded through the host: the next call reads it as it is now
+    if (LayoutHash(*storages_[i]) != layouts_[i]) return;
+  BoundedEntry e;
+  if (!SourcesOf(call.plan, &e.sources, launch.taken)) return;
+  e.outputs = call.cached();
+  for (const Dest& d : call.plan.dests) e.dtypes.push_back(d.dtype);
+  size_t defined = 0;
+  for (const OutputSpec& o : e.outputs) defined += o.defined;
+  if (defined != e.dtypes.size() || launch.results.size() != e.dtypes.size()) return;
+  e.fingerprint.assign(fingerprint_.begin(), fingerprint_.end());
+  e.launch = std::move(launch);
+  auto& entries = BoundedEntries();
+  if (entries.size() >= 8192) entries.clear();  // sizes that never repeat
   entries[hash_] = std::move(e);
 }
 

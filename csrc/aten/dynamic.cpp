@@ -1344,8 +1344,36 @@ void KeepWrittenLayout(runtime::DeviceStorage* s, pjrt::BufferPtr buffer, const 
   s->SetPadded(std::move(buffer), layout.real, layout.padded);
 }
 
-std::vector<c10::IValue> LaunchDynamic(const Call& call, const DynamicCompiled& dc,
-                                       const DynamicLayout& lay) {
+// The runtime sizes (i32 parameters) of a dynamic call: its inputs' dynamic
+// dims, then the real sizes outside the rows of its reshaped reads.
+std::vector<int64_t> RuntimeSizes(const Plan& plan, const DynamicLayout& lay) {
+  std::vector<int64_t> sizes;
+  for (size_t i = 0; i < plan.inputs.size(); ++i)
+    for (size_t d = 0; d < lay.in_dynamic[i].size(); ++d)
+      if (lay.in_dynamic[i][d]) sizes.push_back(plan.inputs[i].geometry.sizes[d]);
+  for (size_t i = 0; i < plan.inputs.size(); ++i)
+    if (lay.reshaped[i])
+      for (size_t m = 0; m < lay.reshaped[i]->outer_padded.size(); ++m)
+        sizes.push_back(plan.storages[plan.inputs[i].storage]->real_shape[m]);
+  return sizes;
+}
+
+// The layout result k of a dynamic call keeps: padded (storage order) when
+// it has a dynamic dim.
+ResultLayout ResultLayoutOf(const Call& call, const DynamicCompiled& dc, size_t k) {
+  ResultLayout r;
+  if (!AnyDynamic(dc.out_dynamic[k])) return r;
+  for (int64_t d : dc.out_order[k]) {
+    r.real.push_back(call.specs[k].sizes[d]);
+    r.padded.push_back(dc.out_buffer[k][d]);
+    r.product.push_back(dc.out_product[k][d]);
+  }
+  if (std::find(r.product.begin(), r.product.end(), true) == r.product.end()) r.product.clear();
+  return r;
+}
+
+std::vector<c10::IValue> LaunchDynamic(const Call& call, const DynamicCompiled& dc, const DynamicLayout& lay,
+                                       FastCall& fast) {
   const Plan& plan = call.plan;
   auto& rt = GetRuntime();
   runtime::Launch launch;
@@ -1353,23 +1381,18 @@ std::vector<c10::IValue> LaunchDynamic(const Call& call, const DynamicCompiled& 
   launch.device = plan.device;
   launch.op = &call.desc->name;
   launch.checks = &dc.checks;
-  for (const Param& q : plan.params) {
+  BoundedLaunch again{dc.exe, dc.checks, std::vector<bool>(plan.params.size(), false), RuntimeSizes(plan, lay), {}};
+  for (size_t p = 0; p < plan.params.size(); ++p) {
+    const Param& q = plan.params[p];
     // Not parameters of dynamic modules.
     if (q.buffer_read || (q.kind == Param::Kind::Storage && lay.overwritten[q.storage])) continue;
+    again.taken[p] = true;
     if (q.kind == Param::Kind::Storage && lay.capacity[q.storage] >= 0)
       launch.params.push_back(PaddedParam(plan.storages[q.storage], lay.storage_layout[q.storage], plan.device));
     else
       launch.params.push_back(LaunchValue(plan, q));
   }
-  for (size_t i = 0; i < plan.inputs.size(); ++i)
-    for (size_t d = 0; d < lay.in_dynamic[i].size(); ++d)
-      if (lay.in_dynamic[i][d])
-        launch.params.push_back(runtime::LaunchParam::Integer(plan.inputs[i].geometry.sizes[d], ElementType::I32));
-  for (size_t i = 0; i < plan.inputs.size(); ++i)
-    if (lay.reshaped[i])
-      for (size_t m = 0; m < lay.reshaped[i]->outer_padded.size(); ++m)
-        launch.params.push_back(runtime::LaunchParam::Integer(plan.storages[plan.inputs[i].storage]->real_shape[m],
-                                                              ElementType::I32));
+  for (int64_t size : again.sizes) launch.params.push_back(runtime::LaunchParam::Integer(size, ElementType::I32));
   std::vector<pjrt::BufferPtr> outs = runtime::Run(rt, launch);
   std::vector<c10::IValue> results;
   for (size_t k = 0; k < call.specs.size(); ++k) {
@@ -1378,23 +1401,15 @@ std::vector<c10::IValue> LaunchDynamic(const Call& call, const DynamicCompiled& 
     runtime::DeviceStorage* s = StorageOf(t);
     if (k < lay.writes.size() && lay.writes[k]) {
       KeepWrittenLayout(s, outs.at(k), lay, plan.dests[k].storage);
-    } else if (AnyDynamic(dc.out_dynamic[k])) {
-      std::vector<int64_t> real, padded;  // storage order
-      std::vector<bool> product;
-      for (int64_t d : dc.out_order[k]) {
-        real.push_back(call.specs[k].sizes[d]);
-        padded.push_back(dc.out_buffer[k][d]);
-        product.push_back(dc.out_product[k][d]);
-      }
-      s->SetPadded(outs.at(k), real, padded);
-      if (std::find(product.begin(), product.end(), true) != product.end()) s->product_dims = product;
+    } else {
+      again.results.push_back(ResultLayoutOf(call, dc, k));
+      again.results.back().Apply(s, outs.at(k));
     }
-    else
-      s->Set(outs.at(k));
     if (lay.hinted) PropagateHints(t, dc.out_dynamic[k], dc.out_bucket[k], lay.bounded);
     results.push_back(t);
   }
   CountNative(*call.desc);
+  if (!lay.hinted) fast.RememberBounded(call, std::move(again));
   return WithUndefined(call, std::move(results));
 }
 
@@ -1446,10 +1461,20 @@ DynamicCompiled* ExecutableFor(const std::string& key, const Call& call, const c
 
 bool g_dynamic_active = ModeRef() != DynamicMode::Off;
 
+void ResultLayout::Apply(runtime::DeviceStorage* s, pjrt::BufferPtr buffer) const {
+  if (padded.empty()) return s->Set(std::move(buffer));
+  s->SetPadded(std::move(buffer), real, padded);
+  s->product_dims = product;
+}
+
+bool CarriesDynamicHints(const at::Tensor& t) {
+  return g_any_hints && (HintsOf(t) || (t.is_view() && HintsOf(at::Tensor(t._base()))));
+}
 DynamicMode GetDynamicMode() { return ModeRef(); }
 void SetDynamicMode(const std::string& mode) {
   ModeRef() = ParseMode(mode);
   UpdateActive();
+  ClearBoundedFastEntries();  // their calls may run exact now
 }
 
 void MarkDims(const at::Tensor& t, const std::vector<int64_t>& dims, bool dynamic, int64_t min,
@@ -1484,11 +1509,15 @@ pjrt::ExecutablePtr GetOrCompileCounted(const std::string& key, int device,
   return exe;
 }
 void CountDynamicExecutable() { ++Counters().executables; }
-void CountDynamicHit() {
+void CountDynamicHit(bool hit_path) {
   ++Counters().hits;
+  Counters().hit_path_hits += hit_path;
   ++GetRuntime().stats().cache_hits;
 }
-void ForgetDynamicSizes() { State().signatures.clear(); }
+void ForgetDynamicSizes() {
+  State().signatures.clear();
+  ClearBoundedFastEntries();  // the next call of each signature compiles static again
+}
 
 int64_t DynamicBucket(int64_t s) { return Bucket(s); }
 pjrt::BufferPtr PaddedBuffer(runtime::DeviceStorage* s, const std::vector<int64_t>& real,
@@ -1521,11 +1550,11 @@ const std::vector<OutputSpec>* DynamicSpecs(const std::string& key) {
 }
 
 std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::OperatorHandle& op,
-                                                   const std::vector<c10::IValue>& args) {
+                                                   const std::vector<c10::IValue>& args, FastCall& fast) {
   DynamicMode mode = ModeRef();
   if (!g_dynamic_active) return std::nullopt;
-  if (auto results = RunOnPaddedRows(call)) return results;  // padded_rows.cpp
-  if (auto results = RunOnContractedRows(call)) return results;
+  if (auto results = RunOnPaddedRows(call, fast)) return results;  // padded_rows.cpp
+  if (auto results = RunOnContractedRows(call, fast)) return results;
   if (!Eligible(call)) return std::nullopt;
   bool hinted = false;
   CallHints hints = HintsOfCall(call.plan, args, &hinted);
@@ -1569,7 +1598,7 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
   if (!dc) return std::nullopt;
   state.specs[call.plan.key] = call.cached();
   if (!lay.hinted) RememberSmallBuckets(lay.in_bucket, lay.in_dynamic, &st);
-  return LaunchDynamic(call, *dc, lay);
+  return LaunchDynamic(call, *dc, lay, fast);
 }
 
 }  // namespace torch_tpu::aten

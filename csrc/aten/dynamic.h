@@ -20,6 +20,7 @@ enum class DynamicMode { Off, Auto, All };
 struct DynamicCounters {
   int64_t executables = 0;      // bounded-dynamic executables compiled (or loaded)
   int64_t hits = 0;             // calls that reused one
+  int64_t hit_path_hits = 0;    // ... of them, launched by the hit path (call_fast.cpp: same sizes again)
   int64_t exact_fallbacks = 0;  // signatures sent back to exact shapes (XLA refused the module)
   // Strict-eager compiles per op (exact-shape and dynamic): the ops that
   // still recompile for new shapes.
@@ -39,13 +40,15 @@ pjrt::ExecutablePtr GetOrCompileCounted(const std::string& key, int device,
                                         bool dynamic = false);
 // Counts a bounded-dynamic executable compiled (or loaded), and a call that reused one.
 void CountDynamicExecutable();
-void CountDynamicHit();
+void CountDynamicHit(bool hit_path = false);
 
 // Whether a call can run dynamic at all: the mode is not 0, or some tensor
 // carries a mark_dynamic / mark_static hint. PlanCall records each input's
 // geometry span in the key only then (the mode-0 hot path stays as it was).
 extern bool g_dynamic_active;
 inline bool DynamicShapesActive() { return g_dynamic_active; }
+// Whether `t` (or the base it views) carries mark_dynamic / mark_static hints.
+bool CarriesDynamicHints(const at::Tensor& t);
 
 // torch_tpu.mark_dynamic / mark_static: hints on `t`'s dims (already
 // normalised and checked by dynamic.py), kept on its TensorImpl. A dynamic

@@ -227,7 +227,7 @@ std::vector<c10::IValue> RunCall(const OpDesc& desc, const c10::OperatorHandle& 
   // would otherwise compile for every size), the chain records the rest.
   const bool recording = Recording();
   if (!(hit && (hit->known() || (recording && hit->recorded)))) {
-    if (auto results = RunDynamic(call, op, args)) return std::move(*results);
+    if (auto results = RunDynamic(call, op, args, fast)) return std::move(*results);
     if (auto results = RunFactoryOnHost(call, op, args)) return std::move(*results);
   }
   if (recording) {

@@ -320,11 +320,49 @@ std::string BuildRowsModule(const Call& call, const RowsInputs& rows, const std:
   return b.ToText();
 }
 
+// Launches a rows module: the plan parameters it takes, then its runtime
+// sizes; its results in their layouts.
+std::vector<c10::IValue> LaunchRows(const Call& call, const BoundedLaunch& rows) {
+  const Plan& plan = call.plan;
+  runtime::Launch launch;
+  launch.exe = rows.exe.get();
+  launch.device = plan.device;
+  launch.op = &call.desc->name;
+  launch.checks = &rows.checks;
+  for (size_t p = 0; p < plan.params.size(); ++p)
+    if (rows.taken[p]) launch.params.push_back(LaunchValue(plan, plan.params[p]));
+  for (int64_t size : rows.sizes) launch.params.push_back(runtime::LaunchParam::Integer(size, hlo::ElementType::I32));
+  std::vector<pjrt::BufferPtr> outs = runtime::Run(GetRuntime(), launch);
+  std::vector<c10::IValue> results;
+  for (size_t k = 0; k < call.specs.size(); ++k) {
+    at::Tensor t = FreshTensor(call, k);
+    rows.results.at(k).Apply(StorageOf(t), outs.at(k));
+    results.push_back(t);
+  }
+  CountNative(*call.desc);
+  return WithUndefined(call, std::move(results));
+}
+
+// The layout result k of a rows call keeps: its rows padded like the
+// input's (`rows_out`), their product buckets kept (dynamic.cpp).
+ResultLayout RowsResultLayout(const Call& call, const RowsInputs& rows, size_t k, bool rows_out) {
+  ResultLayout r;
+  if (!rows_out) return r;
+  r.real = RowsLayout(rows, call.specs[k], false);
+  r.padded = RowsLayout(rows, call.specs[k], true);
+  if (!rows.storage->product_dims.empty()) {
+    r.product.assign(r.padded.size(), false);
+    for (size_t j = 0; j < rows.fold.dims && j < rows.storage->product_dims.size(); ++j)
+      r.product[j] = rows.storage->product_dims[j];
+  }
+  return r;
+}
+
 }  // namespace
 
 void ClearPaddedRowsExecutables() { Executables().clear(); }
 
-std::optional<std::vector<c10::IValue>> RunOnPaddedRows(const Call& call) {
+std::optional<std::vector<c10::IValue>> RunOnPaddedRows(const Call& call, FastCall& fast) {
   std::optional<RowsInputs> rows = FindRowsInputs(call);
   if (!rows) return std::nullopt;
   const Plan& plan = call.plan;
@@ -338,37 +376,16 @@ std::optional<std::vector<c10::IValue>> RunOnPaddedRows(const Call& call) {
                                                });
   if (!exe) return std::nullopt;
   SettleRecordingFor(call);  // runs alone in fused eager
-  runtime::Launch launch;
-  launch.exe = exe->exe.get();
-  launch.device = plan.device;
-  launch.op = &call.desc->name;
-  launch.checks = &exe->checks;
-  for (const Param& q : plan.params) launch.params.push_back(LaunchValue(plan, q));
+  BoundedLaunch again{exe->exe, exe->checks, std::vector<bool>(plan.params.size(), true), {}, {}};
   if (neutral)
-    for (size_t j = 0; j < rows->fold.dims; ++j)
-      launch.params.push_back(runtime::LaunchParam::Integer(rows->storage->real_shape[j], hlo::ElementType::I32));
-  std::vector<pjrt::BufferPtr> outs = runtime::Run(GetRuntime(), launch);
-  std::vector<c10::IValue> results;
-  for (size_t k = 0; k < call.specs.size(); ++k) {
-    at::Tensor t = FreshTensor(call, k);
-    if (rows_out[k]) {
-      runtime::DeviceStorage* s = StorageOf(t);
-      s->SetPadded(outs.at(k), RowsLayout(*rows, call.specs[k], false), RowsLayout(*rows, call.specs[k], true));
-      if (!rows->storage->product_dims.empty()) {  // the rows keep their product buckets (dynamic.cpp)
-        s->product_dims.assign(s->padded_shape.size(), false);
-        for (size_t j = 0; j < rows->fold.dims && j < rows->storage->product_dims.size(); ++j)
-          s->product_dims[j] = rows->storage->product_dims[j];
-      }
-    } else {
-      StorageOf(t)->Set(outs.at(k));
-    }
-    results.push_back(t);
-  }
-  CountNative(*call.desc);
-  return WithUndefined(call, std::move(results));
+    for (size_t j = 0; j < rows->fold.dims; ++j) again.sizes.push_back(rows->storage->real_shape[j]);
+  for (size_t k = 0; k < call.specs.size(); ++k) again.results.push_back(RowsResultLayout(call, *rows, k, rows_out[k]));
+  std::vector<c10::IValue> results = LaunchRows(call, again);
+  fast.RememberBounded(call, std::move(again));
+  return results;
 }
 
-std::optional<std::vector<c10::IValue>> RunOnContractedRows(const Call& call) {
+std::optional<std::vector<c10::IValue>> RunOnContractedRows(const Call& call, FastCall& fast) {
   const Plan& plan = call.plan;
   if (!call.desc->rule || !call.desc->rule->dynamic.contracts_rows) return std::nullopt;
   if (call.desc->variant != Variant::Functional || call.specs.size() != 1) return std::nullopt;
@@ -389,18 +406,12 @@ std::optional<std::vector<c10::IValue>> RunOnContractedRows(const Call& call) {
   });
   if (!exe) return std::nullopt;
   SettleRecordingFor(call);  // runs alone in fused eager
-  runtime::Launch launch;
-  launch.exe = exe->exe.get();
-  launch.device = plan.device;
-  launch.op = &call.desc->name;
-  for (int input : {a, bi}) launch.params.push_back(LaunchValue(plan, plan.params[plan.inputs[input].storage_param]));
-  for (size_t j = 0; j < fa->dims; ++j)
-    launch.params.push_back(runtime::LaunchParam::Integer(sa.real_shape[j], hlo::ElementType::I32));
-  std::vector<pjrt::BufferPtr> outs = runtime::Run(GetRuntime(), launch);
-  at::Tensor t = FreshTensor(call, 0);
-  StorageOf(t)->Set(outs.at(0));
-  CountNative(*call.desc);
-  return std::vector<c10::IValue>{t};
+  BoundedLaunch again{exe->exe, exe->checks, std::vector<bool>(plan.params.size(), false), {}, {ResultLayout{}}};
+  for (int input : {a, bi}) again.taken[plan.inputs[input].storage_param] = true;
+  for (size_t j = 0; j < fa->dims; ++j) again.sizes.push_back(sa.real_shape[j]);
+  std::vector<c10::IValue> results = LaunchRows(call, again);
+  fast.RememberBounded(call, std::move(again));
+  return results;
 }
 
 }  // namespace torch_tpu::aten

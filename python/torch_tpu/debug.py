@@ -14,7 +14,9 @@ def stats() -> dict[str, Any]:
     -> count of CPU-fallback runs), native_ops (op name -> count),
     transfers_to_device, transfers_to_host, cache_size; bounded dynamic shapes
     (torch_tpu.dynamic): dynamic_executables (compiled), dynamic_hits (calls
-    that reused one), dynamic_exact_fallbacks (signatures XLA could not pad,
+    that reused one; dynamic_hit_path_hits: of them, a call at sizes and
+    layouts that ran before, launched without planning again),
+    dynamic_exact_fallbacks (signatures XLA could not pad,
     back to exact shapes); compiles_by_op (op name -> strict-eager compiles,
     exact-shape and dynamic: which ops still recompile for new shapes),
     dynamic_compiles_by_op (of those, the bounded-dynamic ones); exact_reasons

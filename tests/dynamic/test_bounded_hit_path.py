@@ -1,0 +1,133 @@
+"""Warm calls on bounded-dynamic executables (csrc/aten/call_fast.cpp).
+
+A call at sizes inside a bucket that ran before, on storages in the same
+padded layouts, is launched by the hit path: no planning, no signature or
+key text, the same executable with the same runtime sizes. Every variation
+here (new values, new scalars, other windows of one storage, in-place
+updates, a mode switch, a hint) must still give PyTorch's CPU result, and
+the repeated calls must neither compile nor go through the host.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_tpu
+from torch_tpu import debug, dynamic
+
+
+@pytest.fixture(autouse=True)
+def auto_mode():
+    dynamic.forget_sizes()
+    with dynamic.dynamic_shapes("auto"):
+        yield
+
+
+def block(x, w, b):
+    """A chain of dynamic ops (linear on padded rows, gelu, softmax, a masked
+    reduction): padding read as elements anywhere would change the sums."""
+    h = F.gelu(F.linear(x, w, b))
+    return torch.softmax(h * 1.5, -1).sum(1)
+
+
+def test_a_warm_size_is_launched_by_the_hit_path_with_cpu_results():
+    w, b = torch.randn(24, 19) / 4, torch.randn(24)
+    dw, db = w.to("tpu"), b.to("tpu")
+    for n in (33, 34):  # static, then the 36-bucket
+        block(torch.randn(3, n, 19).to("tpu"), dw, db).cpu()
+    x = torch.randn(3, 35, 19)
+    dx = x.to("tpu")
+    block(dx, dw, db).cpu()  # the full path; dx is padded through the host (not remembered)
+    block(dx, dw, db).cpu()  # the full path, each launch remembered
+    debug.reset_stats()
+    for _ in range(3):
+        got = block(dx, dw, db)
+        torch.testing.assert_close(got.cpu(), block(x, w, b), atol=1e-5, rtol=1e-5)
+    s = debug.stats()
+    assert s["compiles"] == 0, s["compiles_by_op"]
+    assert s["dynamic_hits"] > 0 and s["dynamic_hit_path_hits"] == s["dynamic_hits"], s
+    # The results' padded layouts are the full path's: nbytes and views as PyTorch's.
+    assert got.untyped_storage().nbytes() == 3 * 24 * 4
+    torch.testing.assert_close(got[1:, 3:7].cpu(), block(x, w, b)[1:, 3:7], atol=1e-5, rtol=1e-5)
+
+
+def test_new_values_and_scalars_of_a_remembered_call_are_read():
+    x = torch.randn(2, 35, 17)
+    dx = x.to("tpu")
+    for n in (33, 34):
+        (torch.randn(2, n, 17).to("tpu").relu() * 2.0).sum(1).cpu()
+    h, dh = x.relu(), dx.relu()
+    for k in range(4):
+        scale = 0.5 + k  # a runtime scalar: the same signature
+        torch.testing.assert_close((dh * scale).sum(1).cpu(), (h * scale).sum(1), atol=1e-5, rtol=1e-5)
+        dh.add_(1.0)  # in place: a new buffer in the same padded layout
+        h.add_(1.0)
+    assert debug.stats()["dynamic_hit_path_hits"] > 0
+
+
+def test_windows_of_one_padded_storage_at_other_offsets_are_other_calls():
+    for n in (33, 34):
+        torch.randn(n, 16).to("tpu").exp().cpu()
+    x = torch.randn(35, 16)
+    dx, ex = x.to("tpu").exp(), x.exp()  # padded: rows 35 of the 36-bucket
+    for start in (0, 1, 0, 2, 1):
+        torch.testing.assert_close((dx[:, start:start + 8] * 2).sum(0).cpu(),
+                                   (ex[:, start:start + 8] * 2).sum(0), atol=1e-4, rtol=1e-5)
+
+
+def test_switching_to_exact_shapes_forgets_remembered_launches():
+    x = torch.randn(35, 18)
+    for n in (33, 34, 35, 35):
+        torch.randn(n, 18).to("tpu").tanh().cpu()
+    dx = x.to("tpu")
+    with dynamic.dynamic_shapes("0"):
+        debug.reset_stats()
+        torch.testing.assert_close(torch.tanh(dx).cpu(), torch.tanh(x))
+        assert debug.stats()["dynamic_hits"] == 0
+
+
+def test_a_hint_after_a_remembered_launch_is_still_propagated():
+    for n in (33, 34, 35, 35):
+        (torch.randn(n, 20).to("tpu").sigmoid() + 1).cpu()
+    y = torch.randn(35, 20).to("tpu").sigmoid()  # padded, its layout remembered with the adds
+    y + 1
+    y[:, 1:] + 1
+    torch_tpu.mark_dynamic(y, 0)
+    debug.reset_stats()
+    assert torch_tpu.dynamic.dim_hints(y + 1)[0] == "dynamic"
+    y[:, 1:] + 1  # a view of it: the full path reads its base's hints too
+    assert debug.stats()["dynamic_hit_path_hits"] == 0
+    # Calls without hints keep the hit path after hints were used.
+    z = torch.randn(35, 20).to("tpu").sigmoid()
+    z + 1
+    debug.reset_stats()
+    torch.testing.assert_close((z + 1).cpu(), z.cpu() + 1)
+    assert debug.stats()["dynamic_hit_path_hits"] == 1
+
+
+def test_a_training_step_at_a_warm_length_is_all_hit_path_and_equal_to_cpu():
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.GELU(), torch.nn.Linear(32, 5))
+    dev = torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.GELU(), torch.nn.Linear(32, 5))
+    dev.load_state_dict(cpu.state_dict())
+    dev = dev.to("tpu")
+
+    def step(model, x):
+        model.zero_grad()
+        loss = model(x).log_softmax(-1).mean()
+        loss.backward()
+        return loss
+
+    for n in (33, 34):
+        step(dev, torch.randn(2, n, 12).to("tpu"))
+    x = torch.randn(2, 35, 12)
+    step(dev, x.to("tpu"))  # the full path: each launch remembered
+    debug.reset_stats()
+    loss = step(dev, x.to("tpu"))
+    torch.testing.assert_close(loss.cpu(), step(cpu, x), atol=1e-5, rtol=1e-5)
+    for p, q in zip(dev.parameters(), cpu.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, atol=1e-5, rtol=1e-4)
+    s = debug.stats()
+    assert s["compiles"] == 0, s["compiles_by_op"]
+    assert s["dynamic_hit_path_hits"] >= 6, s  # linears (rows), their weight gradients (contracted rows), ...
