@@ -602,6 +602,9 @@ struct DynamicLayout {
   std::vector<StorageLayout> storage_layout;  // per padded storage: its layout in the executable
   std::vector<std::optional<ViewRead>> reads;  // per input of a padded storage: its read
   std::vector<std::optional<ReshapedRead>> reshaped;  // ... or its reshaped read (rows gathered)
+  // Per input read (`reads`), per layout dim: a static window of an already
+  // padded storage at a start > 0, taken at run time (SlidingStarts).
+  std::vector<std::vector<bool>> sliding;
   // Per storage: an in-place destination whose old elements the op never
   // reads (RuleEntry::overwrites_destination): not a module parameter.
   std::vector<bool> overwritten;
@@ -714,7 +717,7 @@ std::optional<StorageLayout> NeededLayout(const Plan& plan, size_t i, const std:
     int d = read->view_dim[j];
     bool dynamic = d >= 0 && dyn[d];
     if (!dynamic) {
-      l.padded[j] = l.real[j];
+      continue;  // a static window: the storage's dim as it is (an exact storage's is unpadded)
     } else if (FitsWindow(*read, j, bucket[d])) {
       continue;
     } else if (PadsWhole(*read, j, in.geometry.sizes[d])) {
@@ -759,6 +762,21 @@ void OverwrittenStorages(const Call& call, DynamicLayout* lay) {
   }
 }
 
+// Per layout dim of read `r` (of input dims `dyn`) of storage `s`: a static
+// window at a start > 0 of a storage padded already, whose start the
+// executable takes at run time. The last token of a growing sequence
+// (`ids[:, -1:]` of a padded batch) moves with the sequence's real size;
+// its executable must not.
+std::vector<bool> SlidingStarts(const ViewRead& r, const std::vector<bool>& dyn, const runtime::DeviceStorage& s) {
+  std::vector<bool> sliding(r.view_dim.size(), false);
+  if (!s.padded()) return sliding;
+  for (size_t j = 0; j < sliding.size(); ++j) {
+    int d = r.view_dim[j];
+    sliding[j] = r.start[j] != 0 && !(d >= 0 && dyn[d]);
+  }
+  return sliding;
+}
+
 // Which storages the executable takes padded (read through a dynamic dim),
 // in which layout, and how each input of such a storage reads it; false
 // (exact shapes) when a view cannot be read from a padded layout.
@@ -768,6 +786,7 @@ bool PaddedStorages(const Plan& plan, DynamicLayout* lay) {
   lay->storage_layout.assign(plan.storages.size(), {});
   lay->reads.assign(n, std::nullopt);
   lay->reshaped.assign(n, std::nullopt);
+  lay->sliding.assign(n, {});
   for (size_t i = 0; i < n; ++i) {
     if (!AnyDynamic(lay->in_dynamic[i]) || lay->overwritten[plan.inputs[i].storage]) continue;
     const size_t s = plan.inputs[i].storage;
@@ -788,6 +807,7 @@ bool PaddedStorages(const Plan& plan, DynamicLayout* lay) {
     lay->reads[i] = MapView(in.geometry, OffsetOf(plan, in), lay->storage_layout[in.storage]);
     if (!lay->reads[i]) return Refuse("a padded storage read two ways");
     const ViewRead& r = *lay->reads[i];
+    lay->sliding[i] = SlidingStarts(r, lay->in_dynamic[i], *plan.storages[in.storage]);
     for (size_t j = 0; j < r.view_dim.size(); ++j) {
       int d = r.view_dim[j];
       if (d < 0 || !lay->in_dynamic[i][d]) continue;  // a static window of real elements
@@ -841,13 +861,15 @@ bool WritesFit(const Call& call, const DynamicLayout& lay, const std::vector<std
 
 // A read's part of the key: the layout's dims (the bucket where padded, a
 // dynamic dim's real size left out) and the window the view reads.
-void AppendReadKey(const ViewRead& r, const std::vector<bool>& dyn, std::string* key) {
+void AppendReadKey(const ViewRead& r, const std::vector<bool>& dyn, const std::vector<bool>& sliding,
+                   std::string* key) {
   for (size_t j = 0; j < r.view_dim.size(); ++j) {
     int d = r.view_dim[j];
     bool dynamic = d >= 0 && dyn[d];
-    // A static window of a padded dim depends on the buffer's bucket only.
-    *key += (dynamic ? "<" : "") + std::to_string(r.layout.padded[j]) + "@" + std::to_string(r.start[j]) +
-            "v" + std::to_string(d) + ",";
+    // A static window of a padded dim depends on the buffer's bucket only
+    // (and on its start, unless the start is taken at run time).
+    *key += (dynamic ? "<" : "") + std::to_string(r.layout.padded[j]) + "@" +
+            (sliding[j] ? "?" : std::to_string(r.start[j])) + "v" + std::to_string(d) + ",";
   }
   for (bool expanded : r.broadcast) *key += expanded ? "B" : ".";
 }
@@ -893,7 +915,7 @@ std::string DynamicKey(const std::string& sig, const Plan& plan, const DynamicLa
     } else if (lay.reads[i]) {
       AppendBucketKey(lay.in_bucket[i], lay.in_dynamic[i], &key);
       key += "/";
-      AppendReadKey(*lay.reads[i], lay.in_dynamic[i], &key);
+      AppendReadKey(*lay.reads[i], lay.in_dynamic[i], lay.sliding[i], &key);
     } else if (lay.reshaped[i]) {
       AppendBucketKey(lay.in_bucket[i], lay.in_dynamic[i], &key);
       key += "/";
@@ -1109,7 +1131,8 @@ bool Unmasked(const Call& call, const DynamicLayout& lay) {
 // each dynamic dim at its runtime size (`sizes`, in input order).
 std::vector<Value> ReadInputs(hlo::Builder& b, const Plan& plan, const DynamicLayout& lay,
                               const std::vector<Value>& params, const std::vector<Value>& sizes,
-                              const std::vector<std::vector<Value>>& outer_real, bool masked) {
+                              const std::vector<std::vector<Value>>& outer_real,
+                              const std::vector<std::vector<Value>>& starts, bool masked) {
   size_t next = 0;
   std::vector<Value> reads(plan.inputs.size());
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
@@ -1122,7 +1145,7 @@ std::vector<Value> ReadInputs(hlo::Builder& b, const Plan& plan, const DynamicLa
     if (lay.overwritten[in.storage])  // the rule reads its type only
       v = b.Splat(in.dtype, 0, lay.in_bucket[i]);
     else if (lay.reads[i])
-      v = ReadPaddedView(b, params[in.storage_param], *lay.reads[i], lay.in_bucket[i]);
+      v = ReadPaddedView(b, params[in.storage_param], *lay.reads[i], lay.in_bucket[i], starts[i]);
     else if (lay.reshaped[i])
       v = ReadReshapedView(b, params[in.storage_param], *lay.reshaped[i], lay.in_bucket[i], runtime, outer_real[i]);
     else
@@ -1158,9 +1181,13 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
     if (lay.reshaped[i])
       for (size_t m = 0; m < lay.reshaped[i]->outer_padded.size(); ++m)
         outer_real[i].push_back(b.Parameter({ElementType::I32, {}}));
+  std::vector<std::vector<Value>> starts(plan.inputs.size());  // sliding windows' starts
+  for (size_t i = 0; i < plan.inputs.size(); ++i)
+    for (bool sliding : lay.sliding[i])
+      starts[i].push_back(sliding ? b.Parameter({ElementType::I32, {}}) : Value{});
   // An elementwise or row-independent call runs on the buckets' static arrays: no sizes set.
   const bool masked = !Unmasked(call, lay);
-  std::vector<Value> reads = ReadInputs(b, plan, lay, params, sizes, outer_real, masked);
+  std::vector<Value> reads = ReadInputs(b, plan, lay, params, sizes, outer_real, starts, masked);
   Call bucket_call = call;
   bucket_call.specs = bucket_specs;
   SetSizeInts(SizeIntsAt(call, lay.in_bucket), &bucket_call.plan.args);
@@ -1345,7 +1372,8 @@ void KeepWrittenLayout(runtime::DeviceStorage* s, pjrt::BufferPtr buffer, const 
 }
 
 // The runtime sizes (i32 parameters) of a dynamic call: its inputs' dynamic
-// dims, then the real sizes outside the rows of its reshaped reads.
+// dims, the real sizes outside the rows of its reshaped reads, then the
+// starts of its sliding windows.
 std::vector<int64_t> RuntimeSizes(const Plan& plan, const DynamicLayout& lay) {
   std::vector<int64_t> sizes;
   for (size_t i = 0; i < plan.inputs.size(); ++i)
@@ -1355,6 +1383,9 @@ std::vector<int64_t> RuntimeSizes(const Plan& plan, const DynamicLayout& lay) {
     if (lay.reshaped[i])
       for (size_t m = 0; m < lay.reshaped[i]->outer_padded.size(); ++m)
         sizes.push_back(plan.storages[plan.inputs[i].storage]->real_shape[m]);
+  for (size_t i = 0; i < plan.inputs.size(); ++i)
+    for (size_t j = 0; j < lay.sliding[i].size(); ++j)
+      if (lay.sliding[i][j]) sizes.push_back(lay.reads[i]->start[j]);
   return sizes;
 }
 

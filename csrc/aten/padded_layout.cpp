@@ -207,10 +207,16 @@ size_t FirstRowDim(const ReshapedRead& read) {
 }  // namespace
 
 hlo::Value ReadPaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& read,
-                          const std::vector<int64_t>& view_sizes) {
+                          const std::vector<int64_t>& view_sizes, const std::vector<hlo::Value>& starts) {
   const StorageLayout& l = read.layout;
   hlo::Value v = b.Reshape(buffer, l.padded);
   std::vector<int64_t> extent = ReadExtents(read, view_sizes), limit(l.padded.size());
+  if (std::any_of(starts.begin(), starts.end(), [](const hlo::Value& s) { return s.valid(); })) {
+    std::vector<hlo::Value> at;
+    for (size_t j = 0; j < l.padded.size(); ++j)
+      at.push_back(starts[j].valid() ? starts[j] : b.ConstantInt(hlo::ElementType::I32, read.start[j]));
+    return ToView(b, b.DynamicSlice(v, at, extent), read, view_sizes);
+  }
   bool windowed = false;
   for (size_t j = 0; j < l.padded.size(); ++j) {
     limit[j] = read.start[j] + extent[j];

@@ -100,9 +100,11 @@ bool SameLayout(const StorageLayout& a, const StorageLayout& b);
 
 // Emits the view out of `buffer` (flat, at `read.layout.padded` sizes) at the
 // view's sizes with each dynamic view dim at its bucket (`bucket`); the
-// caller marks the dynamic dims' runtime sizes.
+// caller marks the dynamic dims' runtime sizes. `starts`, when given: per
+// layout dim, its window's start at run time (an i32; an invalid Value:
+// `read.start`).
 hlo::Value ReadPaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& read,
-                          const std::vector<int64_t>& view_sizes);
+                          const std::vector<int64_t>& view_sizes, const std::vector<hlo::Value>& starts = {});
 
 // `buffer` (flat, at `write.layout.padded` sizes) with `update` (static, at
 // the view's sizes; the view reads no dim broadcast) written into the view's

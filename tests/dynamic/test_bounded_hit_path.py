@@ -6,6 +6,11 @@ key text, the same executable with the same runtime sizes. Every variation
 here (new values, new scalars, other windows of one storage, in-place
 updates, a mode switch, a hint) must still give PyTorch's CPU result, and
 the repeated calls must neither compile nor go through the host.
+
+Also here: a static window of a padded storage whose start moves with its
+size (the last token of a growing batch of sequences, `ids[:, -1:]`) takes
+its start at run time, so new lengths compile nothing and the storage is
+never padded again through the host.
 """
 from __future__ import annotations
 
@@ -131,3 +136,30 @@ def test_a_training_step_at_a_warm_length_is_all_hit_path_and_equal_to_cpu():
     s = debug.stats()
     assert s["compiles"] == 0, s["compiles_by_op"]
     assert s["dynamic_hit_path_hits"] >= 6, s  # linears (rows), their weight gradients (contracted rows), ...
+
+
+def test_the_last_token_of_a_growing_batch_compiles_nothing_and_stays_on_device():
+    """A decode loop's token bookkeeping at batch 3: ids = cat(ids, next);
+    ids[:, -1:] read each step. Its window starts at the real length - 1."""
+    def loop(ids, steps):
+        outs = []
+        for _ in range(steps):
+            last = ids[:, -1:].clone()
+            outs.append(last)
+            ids = torch.cat([ids, (last * 7 + 3) % 251], dim=1)
+        return ids, outs
+
+    for b in (4, 5):  # the batch dim turns dynamic; lengths 33..47 warm the sequence's buckets
+        loop(torch.randint(0, 251, (b, 33)).to("tpu"), 14)
+    ids, _ = loop(torch.randint(0, 251, (3, 37)), 2)
+    dev_ids, _ = loop(ids[:, :37].to("tpu"), 2)  # padded now, as a decode step's ids
+    torch.tpu.synchronize()
+    debug.reset_stats()
+    got_ids, got = loop(dev_ids, 9)  # reads lengths 39..47: the last token at 46 never read before
+    s = debug.stats()
+    want_ids, want = loop(ids, 9)
+    assert s["compiles"] == 0, s["compiles_by_op"]
+    assert s["transfers_to_host"] == 0, s  # never padded again through the host
+    torch.testing.assert_close(got_ids.cpu(), want_ids)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.cpu(), w)
