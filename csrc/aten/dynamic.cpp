@@ -602,8 +602,8 @@ struct DynamicLayout {
   std::vector<StorageLayout> storage_layout;  // per padded storage: its layout in the executable
   std::vector<std::optional<ViewRead>> reads;  // per input of a padded storage: its read
   std::vector<std::optional<ReshapedRead>> reshaped;  // ... or its reshaped read (rows gathered)
-  // Per input read (`reads`), per layout dim: a static window of an already
-  // padded storage at a start > 0, taken at run time (SlidingStarts).
+  // Per input read (`reads`), per layout dim: one element of an already
+  // padded storage at a position > 0, taken at run time (SlidingStarts).
   std::vector<std::vector<bool>> sliding;
   // Per storage: an in-place destination whose old elements the op never
   // reads (RuleEntry::overwrites_destination): not a module parameter.
@@ -762,18 +762,16 @@ void OverwrittenStorages(const Call& call, DynamicLayout* lay) {
   }
 }
 
-// Per layout dim of read `r` (of input dims `dyn`) of storage `s`: a static
-// window at a start > 0 of a storage padded already, whose start the
-// executable takes at run time. The last token of a growing sequence
-// (`ids[:, -1:]` of a padded batch) moves with the sequence's real size;
-// its executable must not.
-std::vector<bool> SlidingStarts(const ViewRead& r, const std::vector<bool>& dyn, const runtime::DeviceStorage& s) {
+// Per layout dim of read `r` of storage `s`: one element at a position
+// > 0 of a storage padded already, whose position the executable takes at
+// run time. The last token of a growing sequence (`ids[:, -1:]` of a padded
+// batch) moves with the sequence's real size; its executable must not.
+// (A wider static window, such as RoPE's second half of a head, keeps its
+// start: a dynamic_slice costs XLA:CPU more than a slice.)
+std::vector<bool> SlidingStarts(const ViewRead& r, const runtime::DeviceStorage& s) {
   std::vector<bool> sliding(r.view_dim.size(), false);
   if (!s.padded()) return sliding;
-  for (size_t j = 0; j < sliding.size(); ++j) {
-    int d = r.view_dim[j];
-    sliding[j] = r.start[j] != 0 && !(d >= 0 && dyn[d]);
-  }
+  for (size_t j = 0; j < sliding.size(); ++j) sliding[j] = r.start[j] != 0 && r.view_dim[j] < 0;
   return sliding;
 }
 
@@ -807,7 +805,7 @@ bool PaddedStorages(const Plan& plan, DynamicLayout* lay) {
     lay->reads[i] = MapView(in.geometry, OffsetOf(plan, in), lay->storage_layout[in.storage]);
     if (!lay->reads[i]) return Refuse("a padded storage read two ways");
     const ViewRead& r = *lay->reads[i];
-    lay->sliding[i] = SlidingStarts(r, lay->in_dynamic[i], *plan.storages[in.storage]);
+    lay->sliding[i] = SlidingStarts(r, *plan.storages[in.storage]);
     for (size_t j = 0; j < r.view_dim.size(); ++j) {
       int d = r.view_dim[j];
       if (d < 0 || !lay->in_dynamic[i][d]) continue;  // a static window of real elements
