@@ -304,6 +304,14 @@ std::vector<c10::IValue> Record(const RecordEntry& e, const std::vector<c10::IVa
   return RecordKnownCall(e.kept, params);
 }
 
+// A fresh tpu tensor for an output, its storage of `dtype` (not yet written).
+at::Tensor FreshOutput(const OutputSpec& spec, ElementType dtype) {
+  at::Tensor t = at::detail::empty_strided_generic(
+      spec.sizes, spec.strides, DeviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), spec.dtype);
+  StorageOfTensor(t)->dtype = dtype;
+  return t;
+}
+
 std::vector<c10::IValue> Launch(const OpDesc& desc, const FastEntry& e,
                                 const std::vector<c10::IValue>& args, int device) {
   auto& rt = GetRuntime();
@@ -320,17 +328,8 @@ std::vector<c10::IValue> Launch(const OpDesc& desc, const FastEntry& e,
   launch.results.reserve(e.dtypes.size());
   size_t k = 0;
   for (const OutputSpec& spec : e.outputs) {
-    if (!spec.defined) {
-      results.emplace_back(at::Tensor());
-      continue;
-    }
-    at::Tensor t = at::detail::empty_strided_generic(
-        spec.sizes, spec.strides, DeviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-        spec.dtype);
-    DeviceStorage* s = StorageOfTensor(t);
-    s->dtype = e.dtypes[k++];
-    launch.results.push_back(s);
-    results.emplace_back(std::move(t));
+    results.emplace_back(spec.defined ? FreshOutput(spec, e.dtypes[k++]) : at::Tensor());
+    if (spec.defined) launch.results.push_back(StorageOfTensor(results.back().toTensor()));
   }
   runtime::Run(rt, launch);
   ++rt.stats().cache_hits;
@@ -355,18 +354,10 @@ std::vector<c10::IValue> LaunchBounded(const OpDesc& desc, const BoundedEntry& e
   results.reserve(e.outputs.size());
   size_t k = 0;
   for (const OutputSpec& spec : e.outputs) {
-    if (!spec.defined) {
-      results.emplace_back(at::Tensor());
-      continue;
-    }
-    at::Tensor t = at::detail::empty_strided_generic(
-        spec.sizes, spec.strides, DeviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-        spec.dtype);
-    DeviceStorage* s = StorageOfTensor(t);
-    s->dtype = e.dtypes[k];
-    b.results[k].Apply(s, outs.at(k));
+    results.emplace_back(spec.defined ? FreshOutput(spec, e.dtypes[k]) : at::Tensor());
+    if (!spec.defined) continue;
+    b.results[k].Apply(StorageOfTensor(results.back().toTensor()), outs.at(k));
     ++k;
-    results.emplace_back(std::move(t));
   }
   CountDynamicHit(/*hit_path=*/true);
   CountNative(desc);
