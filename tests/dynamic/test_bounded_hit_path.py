@@ -81,6 +81,28 @@ def test_windows_of_one_padded_storage_at_other_offsets_are_other_calls():
                                    (ex[:, start:start + 8] * 2).sum(0), atol=1e-4, rtol=1e-5)
 
 
+def test_a_remembered_launch_keeps_its_device_checks():
+    w = torch.randn(50, 8)
+    dw = w.to("tpu")
+
+    def ids_of(n, bad=False):  # padded ids (a dynamic cat's result), as a decode step's
+        a, b = torch.randint(0, 50, (2, n)), torch.randint(0, 50, (2, 1))
+        if bad:
+            b[1, 0] = 77
+        return torch.cat([a, b], 1), torch.cat([a.to("tpu"), b.to("tpu")], 1)
+
+    for n in (33, 34, 35, 35):
+        ids, dids = ids_of(n)
+        torch.testing.assert_close(F.embedding(dids, dw).cpu(), F.embedding(ids, w))
+    debug.reset_stats()
+    _, bad = ids_of(35, bad=True)
+    with pytest.raises(IndexError, match="index out of range"):
+        F.embedding(bad, dw).cpu()
+    assert debug.stats()["dynamic_hit_path_hits"] == 1  # the embedding (the cat pads its fresh inputs)
+    ids, dids = ids_of(35)  # and the next call is fine
+    torch.testing.assert_close(F.embedding(dids, dw).cpu(), F.embedding(ids, w))
+
+
 def test_switching_to_exact_shapes_forgets_remembered_launches():
     x = torch.randn(35, 18)
     for n in (33, 34, 35, 35):
