@@ -6,17 +6,22 @@
 // call's signature is remembered as a fingerprint (a few integers per
 // argument: what the key says of it, minus runtime values) together with
 // how each module parameter is taken from the arguments; a later call with
-// the same fingerprint fills the parameters and launches. Anything the hit
-// path does not know (in-place and out= ops, RNG, CPU tensors, tensor
-// lists, pending fused values, padded storages, strings, runtime floats,
-// calls without tpu tensors) takes the full path.
+// the same fingerprint fills the parameters and launches (a Python number,
+// a wrapped CPU scalar, is a runtime scalar; a string is part of the
+// fingerprint). Anything the hit path does not know (in-place and out= ops,
+// RNG, other CPU tensors, tensor lists, pending fused values, runtime
+// floats, calls without tpu tensors, exact calls on padded storages) takes
+// the full path.
 //
 // A bounded-dynamic launch (dynamic.cpp, padded_rows.cpp) of a functional
 // call is remembered the same way: a later call with the same fingerprint
 // (the same exact sizes, its padded storages in the same layouts) launches
 // the same executable with the same runtime sizes, its results laid out as
 // before. The fingerprint then says of each padded storage its layout and
-// the view's offset; a call on padded storages takes no other entry.
+// the view's offset; a call on padded storages takes no other entry. Not
+// remembered: a launch that padded an input through the host (its next
+// call finds the storage padded: another fingerprint), a call on a tensor
+// with mark_dynamic hints (the full path reads them).
 //
 // Fused eager has its own entries: a functional call recorded into a chain
 // by the full path is kept (fused.cpp: KeptCall) under its fingerprint, and a
