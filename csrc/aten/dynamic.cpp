@@ -269,18 +269,52 @@ void AppendStrideOrder(const lowering::ViewGeometry& g, std::string* sig) {
   }
 }
 
+// The real element offset of input `in` in its storage.
+int64_t OffsetOf(const Plan& plan, const TensorIn& in) {
+  return in.offset_param >= 0 ? plan.params[in.offset_param].offset : 0;
+}
+
+// Whether input `in` reads a window at the front of its storage laid out
+// row-major (offset 0, strides outermost first, the innermost 1).
+bool FrontWindow(const Plan& plan, const TensorIn& in) {
+  const lowering::ViewGeometry& g = in.geometry;
+  if (OffsetOf(plan, in) != 0) return false;
+  int64_t inner = 0;  // the stride of the next non-unit dim inside, 0: none yet
+  for (size_t d = g.sizes.size(); d-- > 0;) {
+    if (g.sizes[d] == 1) continue;
+    if (inner == 0 ? g.strides[d] != 1 : g.strides[d] < inner) return false;
+    inner = g.strides[d] * g.sizes[d];
+  }
+  return true;
+}
+
+// Per input: a front window of a tensor arg the rule reads whole or cut
+// alike (DynamicShapes::front_window_args: attention's saved logsumexp).
+std::vector<bool> FrontWindowInputs(const Call& call) {
+  const Plan& plan = call.plan;
+  std::vector<bool> front(plan.inputs.size(), false);
+  for (size_t a : call.desc->rule->dynamic.front_window_args) {
+    if (a >= plan.args.size() || plan.args[a].kind != Arg::Kind::Tensor || plan.args[a].tensors.empty()) continue;
+    int i = plan.args[a].tensors[0];
+    if (i >= 0) front[i] = FrontWindow(plan, plan.inputs[i]);
+  }
+  return front;
+}
+
 // `fixed`: per input, its sizes stay in the signature (a parameter).
-std::string Signature(const Plan& plan, const std::vector<bool>& fixed) {
+// `front`: per input, a front window keyed as a whole read (FrontWindowInputs).
+std::string Signature(const Plan& plan, const std::vector<bool>& fixed, const std::vector<bool>& front) {
   std::string sig;
   size_t at = 0;
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     auto [begin, end] = plan.geometry_spans[i];
     if (fixed[i]) continue;
     const lowering::ViewGeometry& g = plan.inputs[i].geometry;
+    const bool whole = g.whole || front[i];
     sig.append(plan.key, at, begin - at);
-    sig += g.whole ? "r" : "v";
+    sig += whole ? "r" : "v";
     for (int64_t d : g.sizes) sig += d == 1 ? '1' : (d == 0 ? '0' : 'x');
-    if (!g.whole) AppendStrideOrder(g, &sig);
+    if (!whole) AppendStrideOrder(g, &sig);
     at = end;
   }
   // In-place destinations: their dtype, rank and unit dims, as the inputs'.
@@ -683,10 +717,6 @@ int64_t Numel(const std::vector<int64_t>& s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;
   return n;
-}
-
-int64_t OffsetOf(const Plan& plan, const TensorIn& in) {
-  return in.offset_param >= 0 ? plan.params[in.offset_param].offset : 0;
 }
 
 StorageLayout CurrentLayout(const runtime::DeviceStorage& s, const TensorIn& in) {
@@ -1597,7 +1627,7 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
   t_exact_reason = "dynamic shapes off (TORCH_TPU_DYNAMIC_SHAPES=0)";
   if (mode == DynamicMode::Off && !hinted) return std::nullopt;
   DynamicState& state = State();
-  std::string sig = Signature(call.plan, fixed);
+  std::string sig = Signature(call.plan, fixed, FrontWindowInputs(call));
   SignatureState& st = state.signatures[sig];
   t_exact_reason = "XLA could not pad this signature's module";
   if (st.exact_only) return std::nullopt;

@@ -289,7 +289,8 @@ const bool registered = [] {
       .Dynamic(AttentionStaticDims)
       .dynamic.stepped_outputs = true;
   Register("_scaled_dot_product_efficient_attention_backward", AttentionBackward)
-      .Dynamic(AttentionBackwardStaticDims);
+      .Dynamic(AttentionBackwardStaticDims)
+      .dynamic.front_window_args = {6};  // logsumexp
   return true;
 }();
 

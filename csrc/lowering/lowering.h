@@ -201,6 +201,11 @@ struct DynamicShapes {
   // the input's (sizes whose buckets need not agree: 19 rows pooled to 10,
   // buckets 20 and 16). -1: the meta kernel's.
   int64_t result_like_arg = -1;
+  // Tensor args read cut to their real part out of a larger storage at some
+  // sizes and whole at others (attention's saved logsumexp, its rows rounded
+  // up to 32: whole when the rows are a multiple of 32). Such a window at the
+  // front of its storage has a whole read's signature: one family of sizes.
+  std::vector<size_t> front_window_args;
 };
 
 // One entry of the table: the rule and what the dispatcher must know about
