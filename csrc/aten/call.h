@@ -263,13 +263,17 @@ class FastCall {
   void RememberBounded(const Call& call, BoundedLaunch launch);
 
  private:
+  // The launch (or record) of an entry with this call's fingerprint: exact
+  // entries first, then bounded-dynamic ones; nullopt: none.
+  std::optional<std::vector<c10::IValue>> TryKnown(const OpDesc& desc, const std::vector<c10::IValue>& args);
+
   bool eligible_ = false;
   bool recording_ = false;
   bool any_padded_ = false;   // a storage is padded: only a bounded launch takes the call
   bool any_pending_ = false;  // a storage is pending in the fused chain: none does
   bool any_hinted_ = false;   // a tensor carries mark_dynamic hints: the full path reads them
   c10::SmallVector<runtime::DeviceStorage*, 8> storages_;
-  c10::SmallVector<uint64_t, 8> layouts_;  // per storage: its buffer and layout, hashed
+  c10::SmallVector<uint64_t, 8> layouts_;  // per storage: its buffer and layout, hashed (on a miss)
   Fingerprint fingerprint_;
   uint64_t hash_ = 0;
   int device_ = -1;

@@ -406,26 +406,29 @@ std::optional<std::vector<c10::IValue>> FastCall::TryLaunch(const OpDesc& desc,
   any_hinted_ = ps.any_hinted;
   hash_ = Hash(fingerprint_);
   device_ = storages_[0]->device;
-  if (DynamicShapesActive() && !any_pending_ && !any_hinted_) {
-    layouts_.clear();
-    for (const DeviceStorage* s : storages_) layouts_.push_back(LayoutHash(*s));
-    auto& bounded = BoundedEntries();
-    auto it = bounded.find(hash_);
-    if (it != bounded.end() && Same(it->second.fingerprint, fingerprint_))
-      return LaunchBounded(desc, it->second, args, device_);
-  }
-  if (any_padded_) return std::nullopt;
-  if (recording_) {
+  if (auto results = TryKnown(desc, args)) return results;
+  // The full path runs: RememberBounded compares the storages' layouts after it.
+  layouts_.clear();
+  for (const DeviceStorage* s : storages_) layouts_.push_back(LayoutHash(*s));
+  return std::nullopt;
+}
+
+std::optional<std::vector<c10::IValue>> FastCall::TryKnown(const OpDesc& desc, const std::vector<c10::IValue>& args) {
+  if (!any_padded_ && recording_) {
     auto& entries = RecordEntries();
     auto it = entries.find(hash_);
-    if (it == entries.end() || !Same(it->second.fingerprint, fingerprint_)) return std::nullopt;
-    return Record(it->second, args);
+    if (it != entries.end() && Same(it->second.fingerprint, fingerprint_)) return Record(it->second, args);
+  } else if (!any_padded_) {
+    auto& entries = Entries();
+    auto it = entries.find(hash_);
+    if (it != entries.end() && Same(it->second.fingerprint, fingerprint_) && it->second.exe)
+      return Launch(desc, it->second, args, device_);
   }
-  auto& entries = Entries();
-  auto it = entries.find(hash_);
-  if (it == entries.end() || !Same(it->second.fingerprint, fingerprint_) || !it->second.exe)
-    return std::nullopt;
-  return Launch(desc, it->second, args, device_);
+  if (!DynamicShapesActive() || any_pending_ || any_hinted_) return std::nullopt;
+  auto& bounded = BoundedEntries();
+  auto it = bounded.find(hash_);
+  if (it == bounded.end() || !Same(it->second.fingerprint, fingerprint_)) return std::nullopt;
+  return LaunchBounded(desc, it->second, args, device_);
 }
 
 void FastCall::RememberRecorded(const std::shared_ptr<const KeptCall>& kept) {
