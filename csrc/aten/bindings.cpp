@@ -188,6 +188,7 @@ py::dict Stats() {
   d["dynamic_hits"] = dyn.hits;
   d["dynamic_hit_path_hits"] = dyn.hit_path_hits;
   d["dynamic_exact_fallbacks"] = dyn.exact_fallbacks;
+  d["dynamic_derived_specs"] = dyn.derived_specs;
   d["compiles_by_op"] = dyn.compiles_by_op;
   d["dynamic_compiles_by_op"] = dyn.dynamic_compiles_by_op;
   d["exact_reasons"] = dyn.exact_reasons;
@@ -272,6 +273,7 @@ void BindModes(py::module& m) {
 void BindDynamicShapes(py::module& m) {
   m.def("_set_dynamic_shapes", &torch_tpu::aten::SetDynamicMode);
   m.def("_forget_dynamic_sizes", &torch_tpu::aten::ForgetDynamicSizes);
+  m.def("_check_derived_specs", &torch_tpu::aten::SetCheckDerivedSpecs);
   m.def("_mark_dims", &torch_tpu::aten::MarkDims);
   m.def("_dim_hints", &torch_tpu::aten::DimHintsOf);
   m.def("_dynamic_shapes", [] {

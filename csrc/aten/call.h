@@ -173,6 +173,9 @@ struct Emitted {
 // dynamic inputs themselves (dynamic.cpp).
 Emitted EmitCall(const Call& call, hlo::Builder& b, const std::vector<hlo::Value>& params,
                  const std::vector<hlo::Value>* reads = nullptr);
+// A device assertion's message as the user reads it: prefixed with the op's
+// name unless the rule's message starts with it ("embedding: index out of range").
+std::string CheckMessage(const OpDesc& desc, const std::string& message);
 
 // ---- bounded dynamic shapes (dynamic.cpp)
 class FastCall;
@@ -215,6 +218,32 @@ std::optional<std::vector<c10::IValue>> RunFactoryOnHost(const Call& call, const
                                                          const std::vector<c10::IValue>& args);
 // Output specs remembered for an exact-shape key that ran dynamic (null if none).
 const std::vector<OutputSpec>* DynamicSpecs(const std::string& key);
+// A call's signature (dynamic.cpp): its exact-shape key with the sizes of
+// every input that is not a parameter left out (`fixed`, when given: per
+// input, whether it is one).
+std::string DynamicSignature(const Call& call, const std::vector<c10::IValue>& args,
+                             std::vector<bool>* fixed = nullptr);
+// The call's output specs with its inputs at `sizes` (the rule's
+// output_types when it has them, else PyTorch's meta kernel), the undefined
+// outputs left out as in call.specs.
+std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle& op,
+                                    const std::vector<c10::IValue>& args,
+                                    const std::vector<std::vector<int64_t>>& sizes);
+// The specs a new size of a dynamic signature has, from how they followed
+// its sizes before (spec_model.cpp), without the meta kernel: what
+// ComputeOutputs takes as cached. Planned, before ComputeOutputs; nullopt:
+// the meta kernel gives them.
+std::optional<std::vector<OutputSpec>> DerivedSpecs(const Call& call, const c10::OperatorHandle& op,
+                                                    const std::vector<c10::IValue>& args);
+// After a bounded-dynamic launch whose specs the meta kernel gave: learns
+// how the signature's specs follow its sizes, for DerivedSpecs.
+void LearnSpecs(const Call& call, const c10::OperatorHandle& op, const std::vector<c10::IValue>& args);
+// Tests: compare every derived spec with the meta kernel's (CheckDerivedSpecs).
+void SetCheckDerivedSpecs(bool on);
+// call_outputs.cpp: raises when `derived` differ from the meta kernel's specs.
+void CheckDerivedSpecs(const Call& call, const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
+                       const std::vector<OutputSpec>& derived);
+void ForgetSpecModels();  // spec_model.cpp
 
 // ---- dropping compiled executables (debug.clear_cache()): every cache
 // that holds them, so that the next call of each signature compiles again

@@ -167,4 +167,11 @@ std::vector<c10::IValue> WithUndefined(const Call& call, std::vector<c10::IValue
   return all;
 }
 
+std::string CheckMessage(const OpDesc& desc, const std::string& message) {
+  const std::string& op = desc.name;
+  const std::string base = op.substr(0, op.find('.'));  // "embedding" of "embedding.default"
+  if (message.rfind(base + ":", 0) == 0 || message.rfind(base + " ", 0) == 0) return message;
+  return op + ": " + message;
+}
+
 }  // namespace torch_tpu::aten

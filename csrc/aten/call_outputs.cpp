@@ -116,6 +116,19 @@ std::vector<OutputSpec> RuleOutputSpecs(const Call& call) {
   return out;
 }
 
+void CheckDerivedSpecs(const Call& call, const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
+                       const std::vector<OutputSpec>& derived) {
+  const std::vector<OutputSpec> meta =
+      call.desc->variant == Variant::InPlace ? InPlaceFresh(call, op, args) : Fresh(call, op, args);
+  bool same = meta.size() == derived.size();
+  for (size_t k = 0; same && k < meta.size(); ++k)
+    same = meta[k].defined == derived[k].defined &&
+           (!meta[k].defined || (meta[k].sizes == derived[k].sizes && meta[k].strides == derived[k].strides &&
+                                 meta[k].dtype == derived[k].dtype));
+  TORCH_CHECK(same, call.desc->name, ": internal: output specs derived for a new size differ from the meta "
+              "kernel's (spec_model.cpp); please report this");
+}
+
 bool ComputeOutputs(Call& call, const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
                     const std::vector<OutputSpec>* cached) {
   Plan& plan = call.plan;

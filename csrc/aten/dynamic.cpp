@@ -55,6 +55,11 @@
 // XLA rejects turns its signature back to exact shapes (correct first).
 // debug.report() says why an op ran exact (exact_reasons).
 //
+// Output specs: a new size of a signature that ran dynamic takes its exact
+// output sizes and strides from what the signature learnt of its sizes
+// (spec_model.cpp: DerivedSpecs, planned before ComputeOutputs), not from
+// PyTorch's meta kernel, which cost most of a first call.
+//
 // Fused eager: a call whose signature has gone dynamic runs alone on its
 // bounded executable (the chain runs first when the call reads one of its
 // values or writes a storage it holds: SettleRecordingFor); the chain records
@@ -1010,9 +1015,8 @@ c10::IValue WithSizeInts(const std::vector<SizeIntValue>& at, size_t i, const c1
   return ints ? c10::IValue(*ints) : v;
 }
 
-// Output specs with the inputs at `sizes` (the rule's output_types when it
-// has them, else PyTorch's meta kernel: as the call's specs came); the
-// undefined outputs left out, as in call.specs.
+}  // namespace
+
 std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle& op,
                                     const std::vector<c10::IValue>& args,
                                     const std::vector<std::vector<int64_t>>& sizes) {
@@ -1068,6 +1072,8 @@ std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle&
   }
   return out;
 }
+
+namespace {
 
 // An input at its bucket's sizes (read out of its padded storage buffer,
 // padded_layout.h: the real elements at the front of each padded dim) with
@@ -1234,7 +1240,7 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
   std::vector<Value> outs;
   for (const auto& check : e.checks) {
     outs.push_back(check.ok);
-    dc.checks.push_back(call.desc->name + ": " + check.message);
+    dc.checks.push_back(CheckMessage(*call.desc, check.message));
   }
   for (size_t k = 0; k < e.fresh_results.size(); ++k) {
     Value result = e.fresh_results[k];
@@ -1568,6 +1574,7 @@ pjrt::ExecutablePtr GetOrCompileCounted(const std::string& key, int device,
   return exe;
 }
 void CountDynamicExecutable() { ++Counters().executables; }
+void CountDerivedSpecs() { ++Counters().derived_specs; }
 void CountDynamicHit(bool hit_path) {
   ++Counters().hits;
   Counters().hit_path_hits += hit_path;
@@ -1575,6 +1582,7 @@ void CountDynamicHit(bool hit_path) {
 }
 void ForgetDynamicSizes() {
   State().signatures.clear();
+  ForgetSpecModels();
   ClearBoundedFastEntries();  // the next call of each signature compiles static again
 }
 
@@ -1601,6 +1609,13 @@ void ClearDynamicExecutables() {
   s.failed.clear();
 }
 
+std::string DynamicSignature(const Call& call, const std::vector<c10::IValue>& args, std::vector<bool>* fixed) {
+  std::vector<bool> parameters = ParameterInputs(call.plan, args);
+  std::string sig = Signature(call.plan, parameters, FrontWindowInputs(call));
+  if (fixed) *fixed = std::move(parameters);
+  return sig;
+}
+
 const std::vector<OutputSpec>* DynamicSpecs(const std::string& key) {
   if (!g_dynamic_active) return nullptr;
   auto& specs = State().specs;
@@ -1608,12 +1623,13 @@ const std::vector<OutputSpec>* DynamicSpecs(const std::string& key) {
   return it == specs.end() ? nullptr : &it->second;
 }
 
-std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::OperatorHandle& op,
+namespace {
+
+// A call of a signature with dynamic dims on its bounded executable;
+// nullopt: it runs exact shapes.
+std::optional<std::vector<c10::IValue>> RunBounded(Call& call, const c10::OperatorHandle& op,
                                                    const std::vector<c10::IValue>& args, FastCall& fast) {
   DynamicMode mode = ModeRef();
-  if (!g_dynamic_active) return std::nullopt;
-  if (auto results = RunOnPaddedRows(call, fast)) return results;  // padded_rows.cpp
-  if (auto results = RunOnContractedRows(call, fast)) return results;
   if (!Eligible(call)) return std::nullopt;
   bool hinted = false;
   CallHints hints = HintsOfCall(call.plan, args, &hinted);
@@ -1658,6 +1674,18 @@ std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::Operat
   state.specs[call.plan.key] = call.cached();
   if (!lay.hinted) RememberSmallBuckets(lay.in_bucket, lay.in_dynamic, &st);
   return LaunchDynamic(call, *dc, lay, fast);
+}
+
+}  // namespace
+
+std::optional<std::vector<c10::IValue>> RunDynamic(Call& call, const c10::OperatorHandle& op,
+                                                   const std::vector<c10::IValue>& args, FastCall& fast) {
+  if (!g_dynamic_active) return std::nullopt;
+  std::optional<std::vector<c10::IValue>> results = RunOnPaddedRows(call, fast);  // padded_rows.cpp
+  if (!results) results = RunOnContractedRows(call, fast);
+  if (!results) results = RunBounded(call, op, args, fast);
+  if (results && !call.cached_specs) LearnSpecs(call, op, args);  // the next size skips the meta kernel
+  return results;
 }
 
 }  // namespace torch_tpu::aten

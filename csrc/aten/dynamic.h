@@ -22,6 +22,7 @@ struct DynamicCounters {
   int64_t hits = 0;             // calls that reused one
   int64_t hit_path_hits = 0;    // ... of them, launched by the hit path (call_fast.cpp: same sizes again)
   int64_t exact_fallbacks = 0;  // signatures sent back to exact shapes (XLA refused the module)
+  int64_t derived_specs = 0;    // new sizes whose output specs came without the meta kernel (spec_model.cpp)
   // Strict-eager compiles per op (exact-shape and dynamic): the ops that
   // still recompile for new shapes.
   std::map<std::string, int64_t> compiles_by_op;
@@ -41,6 +42,7 @@ pjrt::ExecutablePtr GetOrCompileCounted(const std::string& key, int device,
 // Counts a bounded-dynamic executable compiled (or loaded), and a call that reused one.
 void CountDynamicExecutable();
 void CountDynamicHit(bool hit_path = false);
+void CountDerivedSpecs();
 
 // Whether a call can run dynamic at all: the mode is not 0, or some tensor
 // carries a mark_dynamic / mark_static hint. PlanCall records each input's

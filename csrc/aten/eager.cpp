@@ -64,7 +64,7 @@ std::string BuildModule(const Call& call, std::vector<std::string>* checks) {
   outs.insert(outs.end(), e.fresh_values.begin(), e.fresh_values.end());
   for (const auto& check : e.checks) {
     outs.push_back(check.ok);
-    checks->push_back(call.desc->name + ": " + check.message);
+    checks->push_back(CheckMessage(*call.desc, check.message));
   }
   b.Return(outs);
   return b.ToText();
@@ -217,6 +217,8 @@ std::vector<c10::IValue> RunCall(const OpDesc& desc, const c10::OperatorHandle& 
   auto& cache = Executables();
   Compiled* hit = Settle(cache, call.plan.key);
   const std::vector<OutputSpec>* cached = hit ? &hit->outputs : DynamicSpecs(call.plan.key);
+  std::optional<std::vector<OutputSpec>> derived;  // a new size of a dynamic signature: no meta kernel
+  if (!cached && (derived = DerivedSpecs(call, op, args))) cached = &*derived;
   if (!ComputeOutputs(call, op, args, cached)) return RunCall(desc, op, args);  // out= resized
   FinishPlan(call, args);
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, call.plan.device));

@@ -261,7 +261,7 @@ void EmitOp(hlo::Builder& b, const RecordedOp& op, const std::vector<Value>& par
     Emitted e = EmitCall(op.call->call, b, inputs);
     results = e.written_values;
     results.insert(results.end(), e.fresh_values.begin(), e.fresh_values.end());
-    for (const auto& c : e.checks) checks->emplace_back(c.ok, op.call->call.desc->name + ": " + c.message);
+    for (const auto& c : e.checks) checks->emplace_back(c.ok, CheckMessage(*op.call->call.desc, c.message));
   } else {
     results = op.emit(b, inputs);
   }

@@ -313,7 +313,7 @@ std::string BuildRowsModule(const Call& call, const RowsInputs& rows, const std:
   std::vector<Value> outs;
   for (const auto& check : e.checks) {
     outs.push_back(check.ok);
-    checks->push_back(call.desc->name + ": " + check.message);
+    checks->push_back(CheckMessage(*call.desc, check.message));
   }
   outs.insert(outs.end(), e.fresh_values.begin(), e.fresh_values.end());
   b.Return(outs);

@@ -16,6 +16,8 @@ def stats() -> dict[str, Any]:
     (torch_tpu.dynamic): dynamic_executables (compiled), dynamic_hits (calls
     that reused one; dynamic_hit_path_hits: of them, a call at sizes and
     layouts that ran before, launched without planning again),
+    dynamic_derived_specs (new sizes whose output shapes came from what the
+    signature learnt of its sizes, without PyTorch's meta kernel),
     dynamic_exact_fallbacks (signatures XLA could not pad,
     back to exact shapes); compiles_by_op (op name -> strict-eager compiles,
     exact-shape and dynamic: which ops still recompile for new shapes),
