@@ -223,6 +223,8 @@ struct SignatureState {
   // small size takes the smallest of them that holds it (a batch of 3 after
   // batches 4 and 5 takes their bucket 8: no compile); see SmallBucket().
   std::map<std::pair<size_t, size_t>, std::set<int64_t>> small_buckets;
+  // Per (input, dim): the larger buckets it has run at (WarmerBuckets).
+  std::map<std::pair<size_t, size_t>, std::set<int64_t>> large_buckets;
   bool exact_only = false;  // a dynamic module failed: exact shapes from now on
 };
 
@@ -625,12 +627,12 @@ std::vector<std::vector<int64_t>> BucketSizes(const Plan& plan, const std::vecto
   return out;
 }
 
-// Remembers the small buckets a call ran at (SmallBucket()).
-void RememberSmallBuckets(const std::vector<std::vector<int64_t>>& bucket,
-                          const std::vector<std::vector<bool>>& dyn, SignatureState* st) {
+// Remembers the buckets a call ran at (SmallBucket(), WarmerBuckets()).
+void RememberBuckets(const std::vector<std::vector<int64_t>>& bucket, const std::vector<std::vector<bool>>& dyn,
+                     SignatureState* st) {
   for (size_t i = 0; i < bucket.size(); ++i)
     for (size_t d = 0; d < bucket[i].size(); ++d)
-      if (dyn[i][d] && bucket[i][d] <= kSmallBucket) st->small_buckets[{i, d}].insert(bucket[i][d]);
+      if (dyn[i][d]) (bucket[i][d] <= kSmallBucket ? st->small_buckets : st->large_buckets)[{i, d}].insert(bucket[i][d]);
 }
 
 struct DynamicLayout {
@@ -1625,6 +1627,62 @@ const std::vector<OutputSpec>* DynamicSpecs(const std::string& key) {
 
 namespace {
 
+// The larger buckets each dynamic size of the call may take instead of its
+// own (WarmerBuckets): those a dim of that size has run at, up to 1.25x its
+// own; sizes with none are left out. Small sizes and product buckets keep theirs.
+std::map<int64_t, std::vector<int64_t>> WarmerOptions(const Plan& plan, const SignatureState& st,
+                                                      const DynamicLayout& lay) {
+  std::map<int64_t, std::vector<int64_t>> options;
+  for (size_t i = 0; i < plan.inputs.size(); ++i)
+    for (size_t d = 0; d < lay.in_dynamic[i].size(); ++d) {
+      const int64_t size = plan.inputs[i].geometry.sizes[d], own = lay.in_bucket[i][d];
+      auto run = st.large_buckets.find({i, d});
+      if (!lay.in_dynamic[i][d] || lay.in_product[i][d] || size <= kSmallBucket || run == st.large_buckets.end())
+        continue;
+      for (int64_t b : run->second)
+        if (b > own && 4 * b <= 5 * own) options[size].push_back(b);
+    }
+  for (auto& [size, buckets] : options) {
+    std::sort(buckets.begin(), buckets.end());
+    buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());
+  }
+  return options;
+}
+
+// A call whose combination of buckets has no executable yet (StaticCache
+// prompt 35 in a 45-long cache: its 36-bucket ran with the 44-bucket of
+// prompt 34's 41-long cache, the 48-bucket with prompt 38) takes larger
+// buckets some of its dims have run at, when that combination has an
+// executable: at most a host re-layout of its inputs instead of a compile.
+// True when it took one (`lay` and `key` are then that combination's).
+bool TakeWarmerBuckets(const Call& call, const std::string& sig, const SignatureState& st, DynamicLayout* lay,
+                       std::string* key) {
+  const Plan& plan = call.plan;
+  const std::map<int64_t, std::vector<int64_t>> options = WarmerOptions(plan, st, *lay);
+  if (options.empty()) return false;
+  std::vector<std::pair<int64_t, std::vector<int64_t>>> sizes(options.begin(), options.end());
+  std::vector<size_t> pick(sizes.size(), 0);  // per size: 0 its own bucket, k its k-th warmer one
+  for (int tries = 0; tries < 16; ++tries) {
+    size_t g = 0;  // the next combination (an odometer over the sizes' choices)
+    while (g < sizes.size() && ++pick[g] > sizes[g].second.size()) pick[g++] = 0;
+    if (g == sizes.size()) return false;
+    DynamicLayout alt = *lay;
+    for (size_t i = 0; i < plan.inputs.size(); ++i)
+      for (size_t d = 0; d < alt.in_dynamic[i].size(); ++d)
+        for (size_t k = 0; k < sizes.size(); ++k)
+          if (pick[k] > 0 && alt.in_dynamic[i][d] && !alt.in_product[i][d] &&
+              plan.inputs[i].geometry.sizes[d] == sizes[k].first)
+            alt.in_bucket[i][d] = sizes[k].second[pick[k] - 1];
+    if (!LayOutStorages(call, &alt)) continue;
+    std::string alt_key = DynamicKey(sig, plan, alt);
+    if (!State().executables.count(alt_key)) continue;
+    *lay = std::move(alt);
+    *key = std::move(alt_key);
+    return true;
+  }
+  return false;
+}
+
 // A call of a signature with dynamic dims on its bounded executable;
 // nullopt: it runs exact shapes.
 std::optional<std::vector<c10::IValue>> RunBounded(Call& call, const c10::OperatorHandle& op,
@@ -1667,12 +1725,13 @@ std::optional<std::vector<c10::IValue>> RunBounded(Call& call, const c10::Operat
   ProductBuckets(call.plan, &lay);
   if (!LayOutStorages(call, &lay)) return std::nullopt;
   std::string key = DynamicKey(sig, call.plan, lay);
+  if (!lay.hinted && !state.executables.count(key)) TakeWarmerBuckets(call, sig, st, &lay, &key);
   t_exact_reason = "XLA could not pad this signature's module";
   if (state.failed.count(key)) return std::nullopt;
   DynamicCompiled* dc = ExecutableFor(key, call, op, args, lay, &st);
   if (!dc) return std::nullopt;
   state.specs[call.plan.key] = call.cached();
-  if (!lay.hinted) RememberSmallBuckets(lay.in_bucket, lay.in_dynamic, &st);
+  if (!lay.hinted) RememberBuckets(lay.in_bucket, lay.in_dynamic, &st);
   return LaunchDynamic(call, *dc, lay, fast);
 }
 
