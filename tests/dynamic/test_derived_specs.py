@@ -146,16 +146,11 @@ def test_stepped_outputs_keep_the_meta_kernel():
 
 def test_generate_at_a_new_prompt_length_derives_specs():
     import transformers as tf
-    torch.manual_seed(0)
+    from test_new_shapes_generate import cpu_and_tpu_models
+
     cfg = tf.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-    cpu = tf.LlamaForCausalLM(cfg).eval()
-    dev = tf.LlamaForCausalLM(cfg).eval()
-    dev.load_state_dict(cpu.state_dict())
-    dev = dev.to("tpu")
-    for m in (cpu, dev):
-        m.generation_config.eos_token_id = None
-        m.generation_config.pad_token_id = 0
+    cpu, dev = cpu_and_tpu_models(tf.LlamaForCausalLM, cfg)
 
     def gen(m, ids):
         with torch.no_grad():
