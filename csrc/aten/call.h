@@ -297,13 +297,10 @@ class FastCall {
   // The launch (or record) of an entry with this call's fingerprint: exact
   // entries first, then bounded-dynamic ones; nullopt: none.
   std::optional<std::vector<c10::IValue>> TryKnown(const OpDesc& desc, const std::vector<c10::IValue>& args);
-  // Whether the call's storages kept the buffers and layouts they had
-  // before the full path ran (none was padded or compacted by it).
-  bool LayoutsKept() const;
 
   bool eligible_ = false;
   bool recording_ = false;
-  bool any_padded_ = false;   // a storage is padded (its layout is in the fingerprint)
+  bool any_padded_ = false;   // a storage is padded: only a bounded launch takes the call
   bool any_pending_ = false;  // a storage is pending in the fused chain: none does
   bool any_hinted_ = false;   // a tensor carries mark_dynamic hints: the full path reads them
   c10::SmallVector<runtime::DeviceStorage*, 8> storages_;

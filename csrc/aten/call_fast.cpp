@@ -12,20 +12,16 @@
 // numbers advances its generator by what the full path's call drew).
 // Anything the hit path does not know (in-place and out= ops, other CPU
 // tensors, lists of optional tensors, pending fused values, runtime floats,
-// calls without tpu tensors, random draws in fused eager) takes the full
-// path.
-//
-// The fingerprint says of each padded storage (dynamic.cpp) its layout and
-// the view's offset. An exact op reading a window of one in its buffer
-// (padded_layout.h: ReadInBuffer) is remembered like any other, the window's
-// place in the buffer a constant of the fingerprint; one that compacted or
-// re-laid out a storage is not (its next call finds it otherwise).
+// calls without tpu tensors, exact calls on padded storages, random draws in
+// fused eager) takes the full path.
 //
 // A bounded-dynamic launch (dynamic.cpp, padded_rows.cpp) of a functional
 // call is remembered the same way: a later call with the same fingerprint
 // (the same exact sizes, its padded storages in the same layouts) launches
 // the same executable with the same runtime sizes, its results laid out as
-// before. Not remembered: a launch that padded an input through the host (its next
+// before. The fingerprint then says of each padded storage its layout and
+// the view's offset; a call on padded storages takes no other entry. Not
+// remembered: a launch that padded an input through the host (its next
 // call finds the storage padded: another fingerprint), a call on a tensor
 // with mark_dynamic hints (the full path reads them).
 //
@@ -57,14 +53,11 @@ using Storages = c10::SmallVector<DeviceStorage*, 8>;
 
 // Where one module parameter comes from.
 struct Source {
-  // Constant: the place of a window in a padded storage's buffer, which an
-  // exact op reads there (the fingerprint holds the view and the layout).
-  enum class Kind { Buffer, Offset, Scalar, Rng, Constant } kind;
+  enum class Kind { Buffer, Offset, Scalar, Rng } kind;
   size_t arg;
   ElementType dtype = ElementType::F32;  // Scalar: the parameter's type
   int64_t element = -1;  // Buffer, Offset: a tensor list's element (-1: a tensor arg)
   uint64_t draws = 0;    // Rng: how far the call advances its generator
-  int64_t constant = 0;  // Constant
 };
 
 struct FastEntry {
@@ -286,9 +279,6 @@ bool SourcesOf(const Call& call, std::vector<Source>* sources, const std::vector
         const int64_t element = a.kind == Arg::Kind::TensorList ? static_cast<int64_t>(j) : -1;
         set(in.storage_param, {Source::Kind::Buffer, i, ElementType::F32, element});
         if (in.offset_param >= 0) set(in.offset_param, {Source::Kind::Offset, i, ElementType::F32, element});
-        if (in.buffer_offset_param >= 0)
-          set(in.buffer_offset_param, {Source::Kind::Constant, i, ElementType::I64, element, 0,
-                                       plan.params[in.buffer_offset_param].offset});
       }
     } else if (a.kind == Arg::Kind::Generator) {
       set(a.param, {Source::Kind::Rng, i, ElementType::U64, -1, RngDraws(call)});
@@ -327,8 +317,6 @@ runtime::LaunchParam ParamFrom(const Source& src, const std::vector<c10::IValue>
       std::tie(q.rng[0], q.rng[1]) = NextRngState(gen, device, src.draws);
       return LaunchValue(no_storages, q);
     }
-    case Source::Kind::Constant:
-      return runtime::LaunchParam::Integer(src.constant, ElementType::I64);
     case Source::Kind::Scalar:
       break;
   }
@@ -461,12 +449,11 @@ std::optional<std::vector<c10::IValue>> FastCall::TryLaunch(const OpDesc& desc,
 }
 
 std::optional<std::vector<c10::IValue>> FastCall::TryKnown(const OpDesc& desc, const std::vector<c10::IValue>& args) {
-  if (recording_) {
+  if (!any_padded_ && recording_) {
     auto& entries = RecordEntries();
     auto it = entries.find(hash_);
-    if (!any_padded_ && it != entries.end() && Same(it->second.fingerprint, fingerprint_))
-      return Record(it->second, args);
-  } else {  // exact entries: on padded storages too, their windows read in the buffers
+    if (it != entries.end() && Same(it->second.fingerprint, fingerprint_)) return Record(it->second, args);
+  } else if (!any_padded_) {
     auto& entries = Entries();
     auto it = entries.find(hash_);
     if (it != entries.end() && Same(it->second.fingerprint, fingerprint_) && it->second.exe)
@@ -495,8 +482,7 @@ void FastCall::RememberRecorded(const std::shared_ptr<const KeptCall>& kept) {
 
 void FastCall::Remember(const Call& call, const pjrt::ExecutablePtr& exe,
                         const std::vector<OutputSpec>& outputs, const std::vector<std::string>& checks) {
-  if (!eligible_ || recording_ || call.plan.device != device_) return;
-  if (any_padded_ && !LayoutsKept()) return;
+  if (!eligible_ || any_padded_ || recording_ || call.plan.device != device_) return;
   FastEntry e;
   if (!SourcesOf(call, &e.sources)) return;
   e.fingerprint.assign(fingerprint_.begin(), fingerprint_.end());
@@ -512,17 +498,11 @@ void FastCall::Remember(const Call& call, const pjrt::ExecutablePtr& exe,
   entries[hash_] = std::move(e);
 }
 
-bool FastCall::LayoutsKept() const {
-  if (layouts_.size() != storages_.size()) return false;
-  for (size_t i = 0; i < storages_.size(); ++i)
-    if (LayoutHash(*storages_[i]) != layouts_[i]) return false;
-  return true;
-}
-
 void FastCall::RememberBounded(const Call& call, BoundedLaunch launch) {
   if (!eligible_ || any_pending_ || any_hinted_ || !DynamicShapesActive()) return;
-  // An input padded through the host: the next call finds it as it is now.
-  if (call.plan.device != device_ || !call.written.empty() || !LayoutsKept()) return;
+  if (call.plan.device != device_ || !call.written.empty() || layouts_.size() != storages_.size()) return;
+  for (size_t i = 0; i < storages_.size(); ++i)  // padded through the host: the next call reads it as it is now
+    if (LayoutHash(*storages_[i]) != layouts_[i]) return;
   BoundedEntry e;
   if (!SourcesOf(call, &e.sources, launch.taken)) return;
   e.outputs = call.cached();
