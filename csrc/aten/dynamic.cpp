@@ -1649,11 +1649,25 @@ std::map<int64_t, std::vector<int64_t>> WarmerOptions(const Plan& plan, const Si
   return options;
 }
 
+// The most any input of the call is padded: its elements at the buckets
+// over its real ones.
+double MostPadding(const Plan& plan, const DynamicLayout& lay) {
+  double most = 1.0;
+  for (size_t i = 0; i < plan.inputs.size(); ++i) {
+    const int64_t real = Numel(plan.inputs[i].geometry.sizes);
+    if (real > 0) most = std::max(most, static_cast<double>(Numel(lay.in_bucket[i])) / static_cast<double>(real));
+  }
+  return most;
+}
+
 // A call whose combination of buckets has no executable yet (StaticCache
 // prompt 35 in a 45-long cache: its 36-bucket ran with the 44-bucket of
 // prompt 34's 41-long cache, the 48-bucket with prompt 38) takes larger
 // buckets some of its dims have run at, when that combination has an
 // executable: at most a host re-layout of its inputs instead of a compile.
+// No input may then be padded past 1.25x its elements (or what its own
+// buckets pad): an image of side 34 after sides 32 and 40 compiles its
+// 36-bucket rather than run at 40 (1.38x its pixels) from then on.
 // True when it took one (`lay` and `key` are then that combination's).
 bool TakeWarmerBuckets(const Call& call, const std::string& sig, const SignatureState& st, DynamicLayout* lay,
                        std::string* key) {
@@ -1661,6 +1675,7 @@ bool TakeWarmerBuckets(const Call& call, const std::string& sig, const Signature
   const std::map<int64_t, std::vector<int64_t>> options = WarmerOptions(plan, st, *lay);
   if (options.empty()) return false;
   std::vector<std::pair<int64_t, std::vector<int64_t>>> sizes(options.begin(), options.end());
+  const double limit = std::max(1.25, MostPadding(plan, *lay));
   std::vector<size_t> pick(sizes.size(), 0);  // per size: 0 its own bucket, k its k-th warmer one
   for (int tries = 0; tries < 16; ++tries) {
     size_t g = 0;  // the next combination (an odometer over the sizes' choices)
@@ -1673,7 +1688,7 @@ bool TakeWarmerBuckets(const Call& call, const std::string& sig, const Signature
           if (pick[k] > 0 && alt.in_dynamic[i][d] && !alt.in_product[i][d] &&
               plan.inputs[i].geometry.sizes[d] == sizes[k].first)
             alt.in_bucket[i][d] = sizes[k].second[pick[k] - 1];
-    if (!LayOutStorages(call, &alt)) continue;
+    if (MostPadding(plan, alt) > limit || !LayOutStorages(call, &alt)) continue;
     std::string alt_key = DynamicKey(sig, plan, alt);
     if (!State().executables.count(alt_key)) continue;
     *lay = std::move(alt);

@@ -165,21 +165,3 @@ def test_generate_at_a_new_prompt_length_derives_specs():
     assert s["compiles"] == 0, s["compiles_by_op"]
     assert s["dynamic_derived_specs"] >= 20, s
 
-
-def test_a_new_combination_of_warm_buckets_takes_a_larger_warm_one():
-    """Two dynamic dims (a prompt and a cache length): (35, 45) after (34, 41)
-    and (38, 45) has its own buckets (36, 48) uncompiled together; it runs on
-    the (40, 48) executable instead of compiling, with CPU's results."""
-    def f(a, b):
-        return (a + b).softmax(-1) * 2.0
-
-    def pair(n, m):
-        return torch.randn(n, 1), torch.randn(1, m)
-
-    for n, m in ((33, 40), (34, 41), (38, 45)):
-        f(*[t.to("tpu") for t in pair(n, m)]).cpu()
-    debug.reset_stats()
-    a, b = pair(35, 45)
-    torch.testing.assert_close(f(a.to("tpu"), b.to("tpu")).cpu(), f(a, b), atol=1e-6, rtol=1e-5)
-    s = debug.stats()
-    assert s["compiles"] == 0, s["compiles_by_op"]

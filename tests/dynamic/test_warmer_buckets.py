@@ -1,0 +1,56 @@
+"""A call whose own combination of buckets has no executable yet takes
+larger buckets its dims have run at (csrc/aten/dynamic.cpp:
+TakeWarmerBuckets), when no input is then padded past 1.25x its elements.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torch_tpu import debug, dynamic
+
+
+@pytest.fixture(autouse=True)
+def auto_mode():
+    dynamic.forget_sizes()
+    with dynamic.dynamic_shapes("auto"):
+        yield
+
+
+def test_a_new_combination_of_warm_buckets_takes_a_larger_warm_one():
+    """Two dynamic dims (a prompt and a cache length): (35, 45) after (34, 41)
+    and (38, 45) has its own buckets (36, 48) uncompiled together; it runs on
+    the (40, 48) executable instead of compiling, with CPU's results."""
+    def f(a, b):
+        return (a + b).softmax(-1) * 2.0
+
+    def pair(n, m):
+        return torch.randn(n, 1), torch.randn(1, m)
+
+    for n, m in ((33, 40), (34, 41), (38, 45)):
+        f(*[t.to("tpu") for t in pair(n, m)]).cpu()
+    debug.reset_stats()
+    a, b = pair(35, 45)
+    torch.testing.assert_close(f(a.to("tpu"), b.to("tpu")).cpu(), f(a, b), atol=1e-6, rtol=1e-5)
+    s = debug.stats()
+    assert s["compiles"] == 0, s["compiles_by_op"]
+
+
+def f(x):
+    return (x * 2.0).softmax(-1)
+
+
+@pytest.mark.parametrize("shape, compiles", [
+    (lambda n: (n,), False),     # 34 in the 40-bucket: 1.18x its elements
+    (lambda n: (n, n), True),    # 34x34 in 40x40: 1.38x, its own 36-bucket compiles
+])
+def test_a_larger_warm_bucket_pads_at_most_a_quarter(shape, compiles):
+    for n in (33, 40):  # static, then the 40-bucket
+        f(torch.randn(*shape(n)).to("tpu")).cpu()
+    debug.reset_stats()
+    x = torch.randn(*shape(34))
+    torch.testing.assert_close(f(x.to("tpu")).cpu(), f(x), atol=1e-6, rtol=1e-5)
+    s = debug.stats()
+    assert (s["compiles"] > 0) == compiles, s["compiles_by_op"]
+    if compiles:
+        assert s["dynamic_compiles_by_op"], s  # its own bucket, bounded-dynamic
