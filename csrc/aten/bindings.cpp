@@ -172,6 +172,7 @@ py::dict Stats() {
   py::dict d;
   d["compiles"] = s.compiles;
   d["cache_hits"] = s.cache_hits;
+  d["hit_path_hits"] = s.hit_path_hits;
   d["executions"] = s.executions;
   d["compile_seconds"] = s.compile_seconds;
   d["transfers_to_device"] = s.transfers_to_device;

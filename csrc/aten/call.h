@@ -142,6 +142,8 @@ Plan PlanCall(const OpDesc& desc, const c10::FunctionSchema& schema,
               const std::vector<c10::IValue>& args);
 // Adds fresh-output destinations, RNG states and the written-storage list.
 void FinishPlan(Call& call, const std::vector<c10::IValue>& args);
+// How many random values the call draws (its generators advance by that much).
+uint64_t RngDraws(const Call& call);
 hlo::TensorType ParamType(const Plan& plan, const Param& q);
 // A padded storage's real and padded shapes, for the key of a plan that
 // takes it as a parameter (its type is the padded numel); nothing for an

@@ -8,10 +8,12 @@
 // how each module parameter is taken from the arguments; a later call with
 // the same fingerprint fills the parameters and launches (a Python number,
 // a wrapped CPU scalar, is a runtime scalar; a string is part of the
-// fingerprint). Anything the hit path does not know (in-place and out= ops,
-// RNG, other CPU tensors, tensor lists, pending fused values, runtime
-// floats, calls without tpu tensors, exact calls on padded storages) takes
-// the full path.
+// fingerprint; a tensor list is its tensors; a call that draws random
+// numbers advances its generator by what the full path's call drew).
+// Anything the hit path does not know (in-place and out= ops, other CPU
+// tensors, lists of optional tensors, pending fused values, runtime floats,
+// calls without tpu tensors, exact calls on padded storages, random draws in
+// fused eager) takes the full path.
 //
 // A bounded-dynamic launch (dynamic.cpp, padded_rows.cpp) of a functional
 // call is remembered the same way: a later call with the same fingerprint
@@ -51,9 +53,11 @@ using Storages = c10::SmallVector<DeviceStorage*, 8>;
 
 // Where one module parameter comes from.
 struct Source {
-  enum class Kind { Buffer, Offset, Scalar } kind;
+  enum class Kind { Buffer, Offset, Scalar, Rng } kind;
   size_t arg;
   ElementType dtype = ElementType::F32;  // Scalar: the parameter's type
+  int64_t element = -1;  // Buffer, Offset: a tensor list's element (-1: a tensor arg)
+  uint64_t draws = 0;    // Rng: how far the call advances its generator
 };
 
 struct FastEntry {
@@ -211,10 +215,19 @@ bool ArgPrint(const OpDesc& desc, const c10::Argument& a, const c10::IValue& v, 
       return true;
     }
     case c10::TypeKind::ListType:
+      if (v.isTensorList()) {  // cat's, stack's tensors
+        fp->push_back(-4);
+        fp->push_back(static_cast<int64_t>(v.toListRef().size()));
+        for (const c10::IValue& e : v.toListRef())
+          if (!TensorPrint(e.toTensor(), desc, ps, fp)) return false;
+        return true;
+      }
       if (!v.isIntList()) return false;
       fp->push_back(static_cast<int64_t>(v.toListRef().size()));
       for (const c10::IValue& e : v.toListRef()) fp->push_back(e.toInt());
       return true;
+    case c10::TypeKind::GeneratorType:  // an explicit generator: advanced at launch (Source::Kind::Rng)
+      return v.isGenerator();
     case c10::TypeKind::StringType: {  // baked into the module (gelu's approximate, a reduction's name)
       const std::string& text = v.toStringRef();
       fp->push_back(static_cast<int64_t>(text.size()));
@@ -249,7 +262,8 @@ uint64_t Hash(const Fingerprint& fp) {
 // something else (an RNG state, a CPU tensor, a runtime float). `taken`:
 // per plan parameter, whether the module takes it (all when empty); the
 // sources of those alone.
-bool SourcesOf(const Plan& plan, std::vector<Source>* sources, const std::vector<bool>& taken = {}) {
+bool SourcesOf(const Call& call, std::vector<Source>* sources, const std::vector<bool>& taken = {}) {
+  const Plan& plan = call.plan;
   std::vector<bool> found(plan.params.size(), false);
   sources->assign(plan.params.size(), Source{Source::Kind::Buffer, 0});
   auto set = [&](int p, Source s) {
@@ -258,10 +272,16 @@ bool SourcesOf(const Plan& plan, std::vector<Source>* sources, const std::vector
   };
   for (size_t i = 0; i < plan.args.size(); ++i) {
     const ArgPlan& a = plan.args[i];
-    if (a.kind == Arg::Kind::Tensor && !a.tensors.empty()) {
-      const TensorIn& in = plan.inputs[a.tensors[0]];
-      set(in.storage_param, {Source::Kind::Buffer, i});
-      if (in.offset_param >= 0) set(in.offset_param, {Source::Kind::Offset, i});
+    if ((a.kind == Arg::Kind::Tensor || a.kind == Arg::Kind::TensorList) && !a.tensors.empty()) {
+      for (size_t j = 0; j < a.tensors.size(); ++j) {
+        if (a.tensors[j] < 0) return false;  // None in a Tensor?[]
+        const TensorIn& in = plan.inputs[a.tensors[j]];
+        const int64_t element = a.kind == Arg::Kind::TensorList ? static_cast<int64_t>(j) : -1;
+        set(in.storage_param, {Source::Kind::Buffer, i, ElementType::F32, element});
+        if (in.offset_param >= 0) set(in.offset_param, {Source::Kind::Offset, i, ElementType::F32, element});
+      }
+    } else if (a.kind == Arg::Kind::Generator) {
+      set(a.param, {Source::Kind::Rng, i, ElementType::U64, -1, RngDraws(call)});
     } else if (a.kind == Arg::Kind::Scalar) {
       set(a.param, {Source::Kind::Scalar, i, plan.params[a.param].dtype});
     }
@@ -277,17 +297,30 @@ bool SourcesOf(const Plan& plan, std::vector<Source>* sources, const std::vector
   return true;
 }
 
-runtime::LaunchParam ParamFrom(const Source& src, const std::vector<c10::IValue>& args) {
-  static const Plan no_storages;
+// The tensor parameter `src` reads: a tensor arg, or an element of a tensor list.
+const at::Tensor& TensorOf(const Source& src, const std::vector<c10::IValue>& args) {
   const c10::IValue& v = args[src.arg];
+  return src.element < 0 ? v.toTensor() : v.toListRef()[src.element].toTensor();
+}
+
+runtime::LaunchParam ParamFrom(const Source& src, const std::vector<c10::IValue>& args, int device) {
+  static const Plan no_storages;
   switch (src.kind) {
     case Source::Kind::Buffer:
-      return runtime::LaunchParam::Of(StorageOfTensor(v.toTensor())->buffer);
+      return runtime::LaunchParam::Of(StorageOfTensor(TensorOf(src, args))->buffer);
     case Source::Kind::Offset:
-      return runtime::LaunchParam::Integer(v.toTensor().storage_offset(), ElementType::I64);
+      return runtime::LaunchParam::Integer(TensorOf(src, args).storage_offset(), ElementType::I64);
+    case Source::Kind::Rng: {  // the generator advanced as the full path advances it (FinishPlan)
+      std::optional<at::Generator> gen;
+      if (src.arg < args.size() && args[src.arg].isGenerator()) gen = args[src.arg].toGenerator();
+      Param q{Param::Kind::Rng};
+      std::tie(q.rng[0], q.rng[1]) = NextRngState(gen, device, src.draws);
+      return LaunchValue(no_storages, q);
+    }
     case Source::Kind::Scalar:
       break;
   }
+  const c10::IValue& v = args[src.arg];
   Param q{Param::Kind::Scalar};
   q.scalar = v.isTensor() ? v.toTensor().item() : v.toScalar();  // a wrapped Python number, or a Scalar
   q.dtype = src.dtype;
@@ -295,17 +328,17 @@ runtime::LaunchParam ParamFrom(const Source& src, const std::vector<c10::IValue>
 }
 
 // Parameter `src` of a recorded call: the storage it reads, or its value.
-KnownParam KnownFrom(const Source& src, const std::vector<c10::IValue>& args) {
+KnownParam KnownFrom(const Source& src, const std::vector<c10::IValue>& args, int device) {
   KnownParam p;
-  if (src.kind == Source::Kind::Buffer) p.storage = StorageOfTensor(args[src.arg].toTensor());
-  else p.value = ParamFrom(src, args);
+  if (src.kind == Source::Kind::Buffer) p.storage = StorageOfTensor(TensorOf(src, args));
+  else p.value = ParamFrom(src, args, device);
   return p;
 }
 
 std::vector<c10::IValue> Record(const RecordEntry& e, const std::vector<c10::IValue>& args) {
   std::vector<KnownParam> params;
   params.reserve(e.sources.size());
-  for (const Source& s : e.sources) params.push_back(KnownFrom(s, args));
+  for (const Source& s : e.sources) params.push_back(KnownFrom(s, args, e.kept->call.plan.device));
   return RecordKnownCall(e.kept, params);
 }
 
@@ -327,7 +360,7 @@ std::vector<c10::IValue> Launch(const OpDesc& desc, const FastEntry& e,
   launch.op = &desc.name;
   launch.checks = &e.checks;
   launch.params.reserve(e.sources.size());
-  for (const Source& s : e.sources) launch.params.push_back(ParamFrom(s, args));
+  for (const Source& s : e.sources) launch.params.push_back(ParamFrom(s, args, device));
   std::vector<c10::IValue> results;
   results.reserve(e.outputs.size());
   launch.results.reserve(e.dtypes.size());
@@ -338,6 +371,7 @@ std::vector<c10::IValue> Launch(const OpDesc& desc, const FastEntry& e,
   }
   runtime::Run(rt, launch);
   ++rt.stats().cache_hits;
+  ++rt.stats().hit_path_hits;
   CountNative(desc);
   return results;
 }
@@ -352,7 +386,7 @@ std::vector<c10::IValue> LaunchBounded(const OpDesc& desc, const BoundedEntry& e
   launch.op = &desc.name;
   launch.checks = &b.checks;
   launch.params.reserve(e.sources.size() + b.sizes.size());
-  for (const Source& s : e.sources) launch.params.push_back(ParamFrom(s, args));
+  for (const Source& s : e.sources) launch.params.push_back(ParamFrom(s, args, device));
   for (int64_t size : b.sizes) launch.params.push_back(runtime::LaunchParam::Integer(size, ElementType::I32));
   std::vector<pjrt::BufferPtr> outs = runtime::Run(GetRuntime(), launch);
   std::vector<c10::IValue> results;
@@ -365,6 +399,7 @@ std::vector<c10::IValue> LaunchBounded(const OpDesc& desc, const BoundedEntry& e
     ++k;
   }
   CountDynamicHit(/*hit_path=*/true);
+  ++GetRuntime().stats().hit_path_hits;
   CountNative(desc);
   return results;
 }
@@ -386,7 +421,7 @@ std::optional<std::vector<c10::IValue>> FastCall::TryLaunch(const OpDesc& desc,
   // Launches are queued (compiles running in the background): this call
   // is queued behind them by the full path.
   if (runtime::launch_queue::Busy()) return std::nullopt;
-  if (desc.variant != Variant::Functional || desc.rule->random()) return std::nullopt;
+  if (desc.variant != Variant::Functional) return std::nullopt;
   recording_ = Recording();
   storages_.clear();
   PrintState ps;
@@ -435,7 +470,9 @@ void FastCall::RememberRecorded(const std::shared_ptr<const KeptCall>& kept) {
   if (!eligible_ || any_padded_ || !recording_ || !kept || kept->call.plan.device != device_) return;
   const Call& call = kept->call;
   RecordEntry e;
-  if (!call.written.empty() || !SourcesOf(call.plan, &e.sources)) return;
+  if (!call.written.empty() || !SourcesOf(call, &e.sources)) return;
+  for (const Source& s : e.sources)
+    if (s.kind == Source::Kind::Rng) return;  // a chain draws at its own launch
   e.fingerprint.assign(fingerprint_.begin(), fingerprint_.end());
   e.kept = kept;
   auto& entries = RecordEntries();
@@ -447,7 +484,7 @@ void FastCall::Remember(const Call& call, const pjrt::ExecutablePtr& exe,
                         const std::vector<OutputSpec>& outputs, const std::vector<std::string>& checks) {
   if (!eligible_ || any_padded_ || recording_ || call.plan.device != device_) return;
   FastEntry e;
-  if (!SourcesOf(call.plan, &e.sources)) return;
+  if (!SourcesOf(call, &e.sources)) return;
   e.fingerprint.assign(fingerprint_.begin(), fingerprint_.end());
   e.exe = exe;
   e.outputs = outputs;
@@ -467,7 +504,7 @@ void FastCall::RememberBounded(const Call& call, BoundedLaunch launch) {
   for (size_t i = 0; i < storages_.size(); ++i)  // padded through the host: the next call reads it as it is now
     if (LayoutHash(*storages_[i]) != layouts_[i]) return;
   BoundedEntry e;
-  if (!SourcesOf(call.plan, &e.sources, launch.taken)) return;
+  if (!SourcesOf(call, &e.sources, launch.taken)) return;
   e.outputs = call.cached();
   for (const Dest& d : call.plan.dests) e.dtypes.push_back(d.dtype);
   size_t defined = 0;

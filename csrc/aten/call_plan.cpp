@@ -260,11 +260,7 @@ void FinishPlan(Call& call, const std::vector<c10::IValue>& args) {
   bool any_generator = false;
   for (const auto& a : plan.args) any_generator |= a.kind == Arg::Kind::Generator;
   if (any_generator) {
-    std::vector<TensorType> outputs;
-    for (const auto& s : call.specs) outputs.push_back({ElementType::F32, s.sizes});
-    std::vector<Arg> abstract = AbstractArgs(plan);
-    uint64_t draws = desc.rule->random() ? desc.rule->draws(abstract, outputs)
-                                         : lowering::DrawPerOutputElement(abstract, outputs);
+    const uint64_t draws = RngDraws(call);
     for (size_t i = 0; i < plan.args.size(); ++i) {
       if (plan.args[i].kind != Arg::Kind::Generator) continue;
       std::optional<at::Generator> gen;
@@ -279,6 +275,14 @@ void FinishPlan(Call& call, const std::vector<c10::IValue>& args) {
     if (d.tensor.defined() &&
         std::find(call.written.begin(), call.written.end(), d.storage) == call.written.end())
       call.written.push_back(d.storage);
+}
+
+uint64_t RngDraws(const Call& call) {
+  std::vector<TensorType> outputs;
+  for (const auto& s : call.specs) outputs.push_back({ElementType::F32, s.sizes});
+  std::vector<Arg> abstract = AbstractArgs(call.plan);
+  return call.desc->rule->random() ? call.desc->rule->draws(abstract, outputs)
+                                   : lowering::DrawPerOutputElement(abstract, outputs);
 }
 
 void AppendCapacityKey(const DeviceStorage& s, std::string* key) {

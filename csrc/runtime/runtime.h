@@ -88,6 +88,7 @@ struct DeviceStorage {
 struct Stats {
   int64_t compiles = 0;
   int64_t cache_hits = 0;
+  int64_t hit_path_hits = 0;  // of them, calls launched from their fingerprint (aten/call_fast.cpp)
   int64_t executions = 0;
   double compile_seconds = 0;
   int64_t transfers_to_device = 0;

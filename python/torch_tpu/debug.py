@@ -10,7 +10,8 @@ from . import _C
 def stats() -> dict[str, Any]:
     """Counters since start (or the last reset_stats()).
 
-    Keys: compiles, cache_hits, executions, compile_seconds, fallbacks (op name
+    Keys: compiles, cache_hits (hit_path_hits: of them, calls launched from
+    a fingerprint of their arguments, without planning), executions, compile_seconds, fallbacks (op name
     -> count of CPU-fallback runs), native_ops (op name -> count),
     transfers_to_device, transfers_to_host, cache_size; bounded dynamic shapes
     (torch_tpu.dynamic): dynamic_executables (compiled), dynamic_hits (calls

@@ -86,3 +86,73 @@ def test_fused_mode_records_instead_of_launching():
         assert torch_tpu.debug.stats()["executions"] == before  # recorded, not run
         got = d.cpu()
     torch.testing.assert_close(got, x + y + y)
+
+
+def test_tensor_lists_are_part_of_the_signature():
+    """cat's and stack's tensor lists: their count, each tensor's geometry,
+    aliasing and offset (a KV cache's cat, RoPE's halves). Exact shapes: under
+    auto, cats of other sizes would turn the signature dynamic (those take the
+    hit path as bounded launches: tests/dynamic/test_bounded_hit_path.py)."""
+    with torch_tpu.dynamic.dynamic_shapes("0"):
+        _check_tensor_lists()
+
+
+def _check_tensor_lists():
+    x, y, z = torch.randn(4, 6), torch.randn(3, 6), torch.randn(4, 6)
+    a, b, c = x.to("tpu"), y.to("tpu"), z.to("tpu")
+    a.add_(0.5)
+    x.add_(0.5)
+    for _ in range(3):  # the last rounds launch from the fingerprint
+        torch.testing.assert_close(torch.cat([a, b]).cpu(), torch.cat([x, y]))
+        torch.testing.assert_close(torch.cat([a, b, a]).cpu(), torch.cat([x, y, x]))
+        torch.testing.assert_close(torch.cat([b, a]).cpu(), torch.cat([y, x]))
+        torch.testing.assert_close(torch.cat([a[1:], a[:1]]).cpu(), torch.cat([x[1:], x[:1]]))
+        torch.testing.assert_close(torch.cat([a[:, 2:], c[:, :4]], 1).cpu(), torch.cat([x[:, 2:], z[:, :4]], 1))
+        torch.testing.assert_close(torch.stack([a, c]).cpu(), torch.stack([x, z]))
+    compiled, _ = _stats()
+    a.add_(1.0)  # new values in the same storage are read
+    x.add_(1.0)
+    torch_tpu.debug.reset_stats()
+    torch.testing.assert_close(torch.cat([a, b]).cpu(), torch.cat([x, y]))
+    torch.testing.assert_close(torch.cat([a[:, 1:5], c[:, :4]], 1).cpu(), torch.cat([x[:, 1:5], z[:, :4]], 1))  # another offset
+    assert torch_tpu.debug.stats()["hit_path_hits"] == 2
+    assert _stats()[0] == 0
+
+
+def test_random_calls_advance_the_generator_as_the_full_path_does():
+    """A call that draws random numbers, launched from its fingerprint,
+    advances the generator by the full path's draws: the same seed gives the
+    same numbers whether a call took the full path or the hit path, and
+    calls in a row differ."""
+    import torch.nn.functional as F
+
+    x = torch.ones(32, 16, device="tpu")
+
+    def draws():
+        torch.manual_seed(0)
+        return [F.dropout(x, 0.5).cpu() for _ in range(3)] + [torch.rand(7, device="tpu").cpu()]
+
+    first = draws()  # the first dropout plans (full path), the rest are hits
+    torch_tpu.debug.reset_stats()
+    again = draws()  # all hit-path launches
+    assert torch_tpu.debug.stats()["hit_path_hits"] == 3  # the dropouts (rand is an in-place uniform_)
+    for a, b in zip(first, again):
+        assert torch.equal(a, b)
+    assert not torch.equal(first[0], first[1]) and not torch.equal(first[1], first[2])
+    kept = first[0] != 0  # dropout keeps about half, scaled by 2
+    assert 0.3 < kept.float().mean() < 0.7 and torch.all(first[0][kept] == 2.0)
+
+
+def test_attention_without_dropout_takes_the_hit_path():
+    import torch.nn.functional as F
+
+    q, k = torch.randn(1, 4, 3, 16), torch.randn(1, 4, 40, 16)
+    dq, dk = q.to("tpu"), k.to("tpu")
+    for _ in range(3):
+        torch.testing.assert_close(F.scaled_dot_product_attention(dq, dk, dk).cpu(),
+                                   F.scaled_dot_product_attention(q, k, k), atol=1e-5, rtol=1e-5)
+    torch_tpu.debug.reset_stats()
+    torch.testing.assert_close(F.scaled_dot_product_attention(dq, dk, dk).cpu(),
+                               F.scaled_dot_product_attention(q, k, k), atol=1e-5, rtol=1e-5)
+    s = torch_tpu.debug.stats()
+    assert s["compiles"] == 0 and s["hit_path_hits"] == s["native_ops"]["_scaled_dot_product_efficient_attention"] == 1
