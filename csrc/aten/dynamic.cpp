@@ -343,32 +343,9 @@ std::string Signature(const Plan& plan, const std::vector<bool>& fixed, const st
 // bucket's sizes); a random rule may draw none for these arguments (an
 // attention without dropout).
 bool DrawsRandomBits(const Call& call) {
-  if (!call.desc->rule || !call.desc->rule->random()) return true;
-  std::vector<TensorType> outputs;
-  for (const auto& s : call.specs) outputs.push_back({ElementType::F32, s.sizes});
-  return call.desc->rule->draws(AbstractArgs(call.plan), outputs) != 0;
+  return !call.desc->rule || !call.desc->rule->random() || RngDraws(call) != 0;
 }
 
-// The dims of a dense strided tensor from outermost to innermost in memory;
-// nullopt when its elements do not fill a block exactly.
-std::optional<std::vector<int64_t>> StorageOrder(const std::vector<int64_t>& sizes,
-                                                 const std::vector<int64_t>& strides) {
-  std::vector<int64_t> perm;
-  if (strides == lowering::ContiguousStrides(sizes)) {
-    for (size_t d = 0; d < sizes.size(); ++d) perm.push_back(static_cast<int64_t>(d));
-    return perm;
-  }
-  std::vector<int64_t> dims;  // size-1 dims first (anywhere is the same memory), then by stride
-  for (size_t d = 0; d < sizes.size(); ++d) (sizes[d] == 1 ? perm : dims).push_back(static_cast<int64_t>(d));
-  std::stable_sort(dims.begin(), dims.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
-  int64_t expected = 1;
-  for (size_t i = dims.size(); i-- > 0;) {
-    if (strides[dims[i]] != expected) return std::nullopt;
-    expected *= sizes[dims[i]];
-  }
-  perm.insert(perm.end(), dims.begin(), dims.end());
-  return perm;
-}
 
 // Why the last strict-eager call of this thread ran exact shapes (read by
 // CountCompile when that call compiled: debug.report() names it).

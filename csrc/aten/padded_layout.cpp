@@ -346,4 +346,23 @@ hlo::Value WritePaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& w
   return b.Reshape(written, {buffer.type.numel()});
 }
 
+std::optional<std::vector<int64_t>> StorageOrder(const std::vector<int64_t>& sizes,
+                                                 const std::vector<int64_t>& strides) {
+  std::vector<int64_t> perm;
+  if (strides == lowering::ContiguousStrides(sizes)) {
+    for (size_t d = 0; d < sizes.size(); ++d) perm.push_back(static_cast<int64_t>(d));
+    return perm;
+  }
+  std::vector<int64_t> dims;  // size-1 dims first (anywhere is the same memory), then by stride
+  for (size_t d = 0; d < sizes.size(); ++d) (sizes[d] == 1 ? perm : dims).push_back(static_cast<int64_t>(d));
+  std::stable_sort(dims.begin(), dims.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+  int64_t expected = 1;
+  for (size_t i = dims.size(); i-- > 0;) {
+    if (strides[dims[i]] != expected) return std::nullopt;
+    expected *= sizes[dims[i]];
+  }
+  perm.insert(perm.end(), dims.begin(), dims.end());
+  return perm;
+}
+
 }  // namespace torch_tpu::aten

@@ -19,6 +19,11 @@
 
 namespace torch_tpu::aten {
 
+// The dims of a dense strided tensor from outermost to innermost in memory
+// (size-1 dims first); nullopt when its elements do not fill a block exactly.
+std::optional<std::vector<int64_t>> StorageOrder(const std::vector<int64_t>& sizes,
+                                                 const std::vector<int64_t>& strides);
+
 // A storage as row-major dims, the real elements at the front of each.
 struct StorageLayout {
   std::vector<int64_t> real, padded;

@@ -77,17 +77,11 @@ std::vector<int64_t> DenseStrides(const std::vector<int64_t>& sizes, const std::
   return strides;
 }
 
-// The dense order of a spec (outermost first): contiguous, else by strides
-// (size-1 dims outermost); nullopt when its strides are not the order's.
+// The dense order of a spec (padded_layout.h: StorageOrder) when the order
+// gives back all its strides, size-1 dims' included; nullopt otherwise.
 std::optional<std::vector<int64_t>> DenseOrder(const OutputSpec& s) {
-  std::vector<int64_t> order(s.sizes.size());
-  for (size_t d = 0; d < order.size(); ++d) order[d] = static_cast<int64_t>(d);
-  if (s.strides == lowering::ContiguousStrides(s.sizes)) return order;
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    if ((s.sizes[a] == 1) != (s.sizes[b] == 1)) return s.sizes[a] == 1;
-    return s.strides[a] > s.strides[b];
-  });
-  if (DenseStrides(s.sizes, order) != s.strides) return std::nullopt;
+  std::optional<std::vector<int64_t>> order = StorageOrder(s.sizes, s.strides);
+  if (!order || DenseStrides(s.sizes, *order) != s.strides) return std::nullopt;
   return order;
 }
 
