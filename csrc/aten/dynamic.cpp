@@ -241,6 +241,8 @@ struct DynamicCompiled {
 
 struct DynamicState {
   std::unordered_map<std::string, SignatureState> signatures;
+  // Signatures by family (Signature()'s `family`: the same op at other unit dims).
+  std::unordered_map<std::string, std::vector<const SignatureState*>> families;
   std::unordered_map<std::string, DynamicCompiled> executables;
   std::unordered_map<std::string, std::vector<OutputSpec>> specs;  // exact key -> real specs
   std::unordered_set<std::string> failed;  // dynamic keys of hinted layouts XLA or meta refused
@@ -310,32 +312,44 @@ std::vector<bool> FrontWindowInputs(const Call& call) {
 
 // `fixed`: per input, its sizes stay in the signature (a parameter).
 // `front`: per input, a front window keyed as a whole read (FrontWindowInputs).
-std::string Signature(const Plan& plan, const std::vector<bool>& fixed, const std::vector<bool>& front) {
-  std::string sig;
+// `family`: when given, the signature without its unit dims and stride
+// orders (SiblingVariant: batch 1 and batch 4 of one op are one family).
+std::string Signature(const Plan& plan, const std::vector<bool>& fixed, const std::vector<bool>& front,
+                      std::string* family = nullptr) {
+  std::string sig, fam;
+  auto append = [&](const std::string& text, size_t from, size_t count) {
+    sig.append(text, from, count);
+    if (family) fam.append(text, from, count);
+  };
+  auto sizes = [&](const std::vector<int64_t>& dims) {
+    for (int64_t d : dims) {
+      sig += d == 1 ? '1' : (d == 0 ? '0' : 'x');
+      if (family) fam += d == 0 ? '0' : 'x';
+    }
+  };
   size_t at = 0;
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     auto [begin, end] = plan.geometry_spans[i];
     if (fixed[i]) continue;
     const lowering::ViewGeometry& g = plan.inputs[i].geometry;
     const bool whole = g.whole || front[i];
-    sig.append(plan.key, at, begin - at);
-    sig += whole ? "r" : "v";
-    for (int64_t d : g.sizes) sig += d == 1 ? '1' : (d == 0 ? '0' : 'x');
+    append(plan.key, at, begin - at);
+    append(whole ? "r" : "v", 0, 1);
+    sizes(g.sizes);
     if (!whole) AppendStrideOrder(g, &sig);
     at = end;
   }
   // In-place destinations: their dtype, rank and unit dims, as the inputs'.
   if (plan.dest_span.second > plan.dest_span.first && at <= plan.dest_span.first) {
-    sig.append(plan.key, at, plan.dest_span.first - at);
+    append(plan.key, at, plan.dest_span.first - at);
     for (const Dest& d : plan.dests) {
-      sig += 'W';
-      sig += hlo::Name(d.dtype);
-      sig += d.geometry.whole ? "r" : "v";
-      for (int64_t n : d.geometry.sizes) sig += n == 1 ? '1' : (n == 0 ? '0' : 'x');
+      append("W" + std::string(hlo::Name(d.dtype)) + (d.geometry.whole ? "r" : "v"), 0, std::string::npos);
+      sizes(d.geometry.sizes);
     }
     at = plan.dest_span.second;
   }
-  sig.append(plan.key, at, std::string::npos);
+  append(plan.key, at, std::string::npos);
+  if (family) *family = std::move(fam);
   return sig;
 }
 
@@ -419,10 +433,59 @@ double Distance(const SizeVariant& v, const Plan& plan) {
   return far;
 }
 
+// The variant of a sibling signature (same family: the op at other unit
+// dims, batch 1 and batch 4) nearest to a call: over the dims above 1 in
+// both, the sum of |log(size ratio)| where the sibling's dim is static;
+// none when one differs by 2x or more. Null: none.
+const SizeVariant* SiblingVariant(const std::vector<const SignatureState*>& siblings, const SignatureState& self,
+                                  const Plan& plan) {
+  const SizeVariant* best = nullptr;
+  double best_distance = std::numeric_limits<double>::infinity();
+  for (const SignatureState* sib : siblings) {
+    if (sib == &self) continue;
+    for (const SizeVariant& v : sib->variants) {
+      if (v.first.size() != plan.inputs.size()) continue;
+      double far = 0;
+      for (size_t i = 0; i < plan.inputs.size() && far < best_distance; ++i) {
+        const auto& sizes = plan.inputs[i].geometry.sizes;
+        if (v.first[i].size() != sizes.size()) far = std::numeric_limits<double>::infinity();
+        for (size_t d = 0; d < sizes.size() && far < best_distance; ++d) {
+          int64_t a = sizes[d], b = v.first[i][d];
+          if (a <= 1 || b <= 1 || a == b || v.dynamic[i][d]) continue;
+          far = a >= 2 * b || b >= 2 * a ? std::numeric_limits<double>::infinity()
+                                         : far + std::abs(std::log(static_cast<double>(a) / static_cast<double>(b)));
+        }
+      }
+      if (far < best_distance) {
+        best = &v;
+        best_distance = far;
+      }
+    }
+  }
+  return best;
+}
+
+// A new variant starts with the dims its nearest sibling variant made
+// dynamic, where the call's size is within 2x of that variant's first: a
+// batch of 4 after prompts of 33 and 34 at batch 1 runs its prompt dim
+// bounded from its first call, so that a batch of 3 at a new length finds
+// the bucket batch 5 compiled (Dynamo's automatic dynamic is per input, not
+// per batch size, alike).
+void InheritDynamicDims(const SizeVariant& sibling, const Plan& plan, SizeVariant* v) {
+  for (size_t i = 0; i < plan.inputs.size(); ++i) {
+    const auto& sizes = plan.inputs[i].geometry.sizes;
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      const int64_t a = sizes[d], b = sibling.first[i][d];
+      if (sibling.dynamic[i][d] && a > 1 && b > 1 && a < 2 * b && b < 2 * a) v->dynamic[i][d] = true;
+    }
+  }
+}
+
 // The variant a call belongs to: the nearest one under 2x in every dim
-// that differs, else a new one (its first sizes: static). Past 16 variants
-// the nearest (a signature called at many unrelated sizes).
-SizeVariant& VariantOf(SignatureState& st, const Plan& plan) {
+// that differs, else a new one (its first sizes: static, but for the dims
+// its nearest sibling made dynamic). Past 16 variants the nearest (a
+// signature called at many unrelated sizes).
+SizeVariant& VariantOf(SignatureState& st, const Plan& plan, const std::vector<const SignatureState*>& siblings) {
   constexpr size_t kMaxVariants = 16;
   SizeVariant* best = nullptr;
   double best_distance = std::numeric_limits<double>::infinity();
@@ -439,6 +502,7 @@ SizeVariant& VariantOf(SignatureState& st, const Plan& plan) {
     v.first.push_back(in.geometry.sizes);
     v.dynamic.emplace_back(in.geometry.sizes.size(), false);
   }
+  if (const SizeVariant* sibling = SiblingVariant(siblings, st, plan)) InheritDynamicDims(*sibling, plan, &v);
   st.variants.push_back(std::move(v));
   return st.variants.back();
 }
@@ -449,9 +513,10 @@ SizeVariant& VariantOf(SignatureState& st, const Plan& plan) {
 // (size > 1) is dynamic from the first call; in mode 0 nothing else is.
 // `*static_changed`: a dim hinted static has another size than the variant's first.
 std::vector<std::vector<bool>> Observe(SignatureState& st, const Plan& plan, DynamicMode mode,
-                                       const CallHints& hints, bool* static_changed) {
+                                       const CallHints& hints, const std::vector<const SignatureState*>& siblings,
+                                       bool* static_changed) {
   const size_t n = plan.inputs.size();
-  SizeVariant& v = VariantOf(st, plan);
+  SizeVariant& v = VariantOf(st, plan, mode == DynamicMode::Auto ? siblings : std::vector<const SignatureState*>{});
   std::vector<std::vector<bool>> dyn(n);
   for (size_t i = 0; i < n; ++i) {
     const auto& sizes = plan.inputs[i].geometry.sizes;
@@ -1561,6 +1626,7 @@ void CountDynamicHit(bool hit_path) {
 }
 void ForgetDynamicSizes() {
   State().signatures.clear();
+  State().families.clear();
   ForgetSpecModels();
   ClearBoundedFastEntries();  // the next call of each signature compiles static again
 }
@@ -1693,13 +1759,17 @@ std::optional<std::vector<c10::IValue>> RunBounded(Call& call, const c10::Operat
   t_exact_reason = "dynamic shapes off (TORCH_TPU_DYNAMIC_SHAPES=0)";
   if (mode == DynamicMode::Off && !hinted) return std::nullopt;
   DynamicState& state = State();
-  std::string sig = Signature(call.plan, fixed, FrontWindowInputs(call));
-  SignatureState& st = state.signatures[sig];
+  std::string family;
+  std::string sig = Signature(call.plan, fixed, FrontWindowInputs(call), &family);
+  auto [entry, inserted] = state.signatures.try_emplace(sig);
+  SignatureState& st = entry->second;
+  std::vector<const SignatureState*>& siblings = state.families[family];
+  if (inserted) siblings.push_back(&st);
   t_exact_reason = "XLA could not pad this signature's module";
   if (st.exact_only) return std::nullopt;
   DynamicLayout lay;
   bool static_changed = false;
-  lay.in_dynamic = Observe(st, call.plan, mode, hints, &static_changed);
+  lay.in_dynamic = Observe(st, call.plan, mode, hints, siblings, &static_changed);
   t_exact_reason = !static_changed ? "first sizes of its signature"
                    : static_because ? static_because
                                     : "a new size in a dim kept static (by its rule, or mark_static)";
