@@ -784,10 +784,14 @@ bool PadsWhole(const ViewRead& r, size_t j, int64_t size) { return r.start[j] ==
 
 // The layout a dynamic input needs its storage in: the dims it reads, each
 // dynamic dim at its bucket (read whole, from 0) or read through a window
-// that fits, the others unpadded.
+// that fits, the others unpadded. An exact storage's dims the view does not
+// run along (one element of each: `ids[:, -1]` of a batch) are taken at
+// their bucket too, the element's position at run time (SlidingStarts):
+// the storage's real size (a prompt length) stays out of the key.
 std::optional<StorageLayout> NeededLayout(const Plan& plan, size_t i, const std::vector<bool>& dyn,
                                           const std::vector<int64_t>& bucket) {
   const TensorIn& in = plan.inputs[i];
+  const bool exact = !plan.storages[in.storage]->padded();
   std::optional<ViewRead> read =
       MapView(in.geometry, OffsetOf(plan, in), CurrentLayout(*plan.storages[in.storage], in));
   if (!read) return std::nullopt;
@@ -795,7 +799,9 @@ std::optional<StorageLayout> NeededLayout(const Plan& plan, size_t i, const std:
   for (size_t j = 0; j < l.real.size(); ++j) {
     int d = read->view_dim[j];
     bool dynamic = d >= 0 && dyn[d];
-    if (!dynamic) {
+    if (d < 0 && exact && l.real[j] > 1) {
+      l.padded[j] = Bucket(l.real[j]);
+    } else if (!dynamic) {
       continue;  // a static window: the storage's dim as it is (an exact storage's is unpadded)
     } else if (FitsWindow(*read, j, bucket[d])) {
       continue;
@@ -841,15 +847,15 @@ void OverwrittenStorages(const Call& call, DynamicLayout* lay) {
   }
 }
 
-// Per layout dim of read `r` of storage `s`: one element at a position
-// > 0 of a storage padded already, whose position the executable takes at
-// run time. The last token of a growing sequence (`ids[:, -1:]` of a padded
-// batch) moves with the sequence's real size; its executable must not.
-// (A wider static window, such as RoPE's second half of a head, keeps its
-// start: a dynamic_slice costs XLA:CPU more than a slice.)
-std::vector<bool> SlidingStarts(const ViewRead& r, const runtime::DeviceStorage& s) {
+// Per layout dim of read `r`: one element at a position > 0 of a padded
+// layout (the storage's, or the one NeededLayout gives an exact storage),
+// whose position the executable takes at run time. The last token of a
+// growing sequence (`ids[:, -1:]` of a padded batch) moves with the
+// sequence's real size; its executable must not. (A wider static window,
+// such as RoPE's second half of a head, keeps its start: a dynamic_slice
+// costs XLA:CPU more than a slice.)
+std::vector<bool> SlidingStarts(const ViewRead& r) {
   std::vector<bool> sliding(r.view_dim.size(), false);
-  if (!s.padded()) return sliding;
   for (size_t j = 0; j < sliding.size(); ++j) sliding[j] = r.start[j] != 0 && r.view_dim[j] < 0;
   return sliding;
 }
@@ -884,7 +890,7 @@ bool PaddedStorages(const Plan& plan, DynamicLayout* lay) {
     lay->reads[i] = MapView(in.geometry, OffsetOf(plan, in), lay->storage_layout[in.storage]);
     if (!lay->reads[i]) return Refuse("a padded storage read two ways");
     const ViewRead& r = *lay->reads[i];
-    lay->sliding[i] = SlidingStarts(r, *plan.storages[in.storage]);
+    lay->sliding[i] = SlidingStarts(r);
     for (size_t j = 0; j < r.view_dim.size(); ++j) {
       int d = r.view_dim[j];
       if (d < 0 || !lay->in_dynamic[i][d]) continue;  // a static window of real elements

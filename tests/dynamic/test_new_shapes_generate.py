@@ -192,6 +192,19 @@ def test_generate_new_batch_sizes_compile_nothing(llama):
         assert compiles == 0, (b, by_op)
 
 
+def test_a_new_batch_size_at_a_new_prompt_length_compiles_nothing(llama):
+    # Prompts at batch 1 make the sequence dims dynamic (bucket 12: 9..12, the
+    # KV cache growing to 17 in bucket 18). Batch 4 then starts with them
+    # bounded (its signatures are new: the batch dim is no longer 1), batch 5
+    # makes the batch dim dynamic (bucket 8). A batch of 3 at prompt 11 is
+    # then inside warm buckets in both dims.
+    for b, n in ((1, 9), (1, 10), (1, 12), (4, 10), (5, 10)):
+        check_generate(llama, b, n, seed=n + b)
+    for b, n in ((3, 11), (6, 9), (2, 11)):
+        compiles, by_op = check_generate(llama, b, n, seed=n + b)
+        assert compiles == 0, (b, n, by_op)
+
+
 def test_generate_left_padded_batches(llama):
     for pads in ((0, 3, 1), (2, 0, 4)):
         check_generate(llama, 3, 11, seed=sum(pads), left_pad=pads)
