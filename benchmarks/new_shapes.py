@@ -37,7 +37,7 @@ AutoencoderKL decode on 1 latent of 4 channels, warmed at latent sides 32 and
 40 (the 40-bucket: 37..40), then new sides 38 (inside it), 34 (the 36-bucket,
 new) and 36 (inside that one).
 
-    PYTHONPATH=python python3 benchmarks/new_shapes.py [--training | --fused | --static | --cnn | --diffusers]
+    PYTHONPATH=python python3 benchmarks/new_shapes.py [--dynamic | --fused | --static | --training | --cnn | --diffusers]
 
 CPU eager runs with one thread (NEW_SHAPES_CPU_THREADS to change it): on a
 shared machine its multi-threaded times swing by 100x.
@@ -190,6 +190,8 @@ def main():
         return print_training()
     if "--fused" in sys.argv:  # the Llama scenario in fused eager alone
         return print_llama("fused")
+    if "--dynamic" in sys.argv:  # the Llama scenario with a DynamicCache alone
+        return print_llama("dynamic")
     if "--static" in sys.argv:  # the Llama scenario with a StaticCache alone
         return print_llama("static")
     print(f"MLP block, batch {BATCH}, hidden {HIDDEN}; warmed at seq {WARM}; new sizes {NEW}, past {PAST}")

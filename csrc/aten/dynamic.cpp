@@ -466,18 +466,17 @@ const SizeVariant* SiblingVariant(const std::vector<const SignatureState*>& sibl
 }
 
 // A new variant starts with the dims its nearest sibling variant made
-// dynamic, where the call's size is within 2x of that variant's first: a
-// batch of 4 after prompts of 33 and 34 at batch 1 runs its prompt dim
-// bounded from its first call, so that a batch of 3 at a new length finds
-// the bucket batch 5 compiled (Dynamo's automatic dynamic is per input, not
-// per batch size, alike).
+// dynamic (but unit dims): a batch of 4 after prompts of 33 and 34 at batch
+// 1 runs its prompt dim bounded from its first call, so that a batch of 3
+// at a new length finds the bucket batch 5 compiled (Dynamo's automatic
+// dynamic is per input, not per batch size, alike). The sizes may differ
+// by any factor there (batch 1's [s, h] rows of batch 4's [4s, h]): the
+// sibling is the nearest in the dims it keeps static.
 void InheritDynamicDims(const SizeVariant& sibling, const Plan& plan, SizeVariant* v) {
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     const auto& sizes = plan.inputs[i].geometry.sizes;
-    for (size_t d = 0; d < sizes.size(); ++d) {
-      const int64_t a = sizes[d], b = sibling.first[i][d];
-      if (sibling.dynamic[i][d] && a > 1 && b > 1 && a < 2 * b && b < 2 * a) v->dynamic[i][d] = true;
-    }
+    for (size_t d = 0; d < sizes.size(); ++d)
+      if (sibling.dynamic[i][d] && sizes[d] > 1 && sibling.first[i][d] > 1) v->dynamic[i][d] = true;
   }
 }
 
