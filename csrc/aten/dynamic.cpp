@@ -433,10 +433,14 @@ double Distance(const SizeVariant& v, const Plan& plan) {
   return far;
 }
 
+// Whether two sizes are within 2x of each other.
+bool Near(int64_t a, int64_t b) { return a < 2 * b && b < 2 * a; }
+
 // The variant of a sibling signature (same family: the op at other unit
 // dims, batch 1 and batch 4) nearest to a call: over the dims above 1 in
-// both, the sum of |log(size ratio)| where the sibling's dim is static;
-// none when one differs by 2x or more. Null: none.
+// both, the sum of |log(size ratio)| where the sibling's dim is static or
+// 2x away from the call's (the sibling's [b, s, h, d] read where this call
+// is [b, h, s, d]); none when a static one differs by 2x or more. Null: none.
 const SizeVariant* SiblingVariant(const std::vector<const SignatureState*>& siblings, const SignatureState& self,
                                   const Plan& plan) {
   const SizeVariant* best = nullptr;
@@ -451,9 +455,10 @@ const SizeVariant* SiblingVariant(const std::vector<const SignatureState*>& sibl
         if (v.first[i].size() != sizes.size()) far = std::numeric_limits<double>::infinity();
         for (size_t d = 0; d < sizes.size() && far < best_distance; ++d) {
           int64_t a = sizes[d], b = v.first[i][d];
-          if (a <= 1 || b <= 1 || a == b || v.dynamic[i][d]) continue;
-          far = a >= 2 * b || b >= 2 * a ? std::numeric_limits<double>::infinity()
-                                         : far + std::abs(std::log(static_cast<double>(a) / static_cast<double>(b)));
+          if (a <= 1 || b <= 1 || a == b || (v.dynamic[i][d] && Near(a, b))) continue;
+          far = !Near(a, b) && !v.dynamic[i][d]
+                    ? std::numeric_limits<double>::infinity()
+                    : far + std::abs(std::log(static_cast<double>(a) / static_cast<double>(b)));
         }
       }
       if (far < best_distance) {
@@ -466,17 +471,19 @@ const SizeVariant* SiblingVariant(const std::vector<const SignatureState*>& sibl
 }
 
 // A new variant starts with the dims its nearest sibling variant made
-// dynamic (but unit dims): a batch of 4 after prompts of 33 and 34 at batch
-// 1 runs its prompt dim bounded from its first call, so that a batch of 3
-// at a new length finds the bucket batch 5 compiled (Dynamo's automatic
-// dynamic is per input, not per batch size, alike). The sizes may differ
-// by any factor there (batch 1's [s, h] rows of batch 4's [4s, h]): the
-// sibling is the nearest in the dims it keeps static.
+// dynamic, where the call's size is within 2x of that variant's first: a
+// batch of 4 after prompts of 33 and 34 at batch 1 runs its prompt dim
+// bounded from its first call, so that a batch of 3 at a new length finds
+// the bucket batch 5 compiled (Dynamo's automatic dynamic is per input, not
+// per batch size, alike). A head count of 2 where a sibling's sequence of 9
+// was dynamic ([b, s, h, d] and [b, h, s, d] share signatures) stays static.
 void InheritDynamicDims(const SizeVariant& sibling, const Plan& plan, SizeVariant* v) {
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     const auto& sizes = plan.inputs[i].geometry.sizes;
-    for (size_t d = 0; d < sizes.size(); ++d)
-      if (sibling.dynamic[i][d] && sizes[d] > 1 && sibling.first[i][d] > 1) v->dynamic[i][d] = true;
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      const int64_t a = sizes[d], b = sibling.first[i][d];
+      if (sibling.dynamic[i][d] && a > 1 && b > 1 && Near(a, b)) v->dynamic[i][d] = true;
+    }
   }
 }
 
