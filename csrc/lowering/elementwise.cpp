@@ -367,21 +367,21 @@ const bool registered = [] {
     if (!hlo::IsFloat(x.dtype()))
       return std::vector<Value>{c.b.Splat(ElementType::Bool, 0, x.shape())};
     return std::vector<Value>{c.b.Compare("NE", x, x)};
-  });
+  }).DynamicElementwise();
   Register("isinf", [](Context& c, const std::vector<Arg>& a) {
     Value x = a[0].tensor;
     if (!hlo::IsFloat(x.dtype()))
       return std::vector<Value>{c.b.Splat(ElementType::Bool, 0, x.shape())};
     Value ax = c.b.Unary("abs", x);
     return std::vector<Value>{c.b.Compare("EQ", ax, c.b.Splat(x.dtype(), INFINITY, x.shape()))};
-  });
+  }).DynamicElementwise();
   Register("isfinite", [](Context& c, const std::vector<Arg>& a) {
     Value x = a[0].tensor;
     if (!hlo::IsFloat(x.dtype()))
       return std::vector<Value>{c.b.Splat(ElementType::Bool, 1, x.shape())};
     return std::vector<Value>{
         c.b.IsFinite(x)};
-  });
+  }).DynamicElementwise();
 
   // ---- where, clamp
   Register("where.self", [](Context& c, const std::vector<Arg>& a) {
@@ -395,13 +395,13 @@ const bool registered = [] {
     Value cond = As(c.b, a[0], ElementType::Bool, out.shape);
     Value x = As(c.b, a[1], out.dtype, out.shape), y = As(c.b, a[2], out.dtype, out.shape);
     return std::vector<Value>{c.b.Select(cond, x, y)};
-  });
+  }).DynamicElementwise();
   Register("where.ScalarSelf", [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = Out(c);
     Value cond = As(c.b, a[0], ElementType::Bool, out.shape);
     Value x = As(c.b, a[1], out.dtype, out.shape), y = As(c.b, a[2], out.dtype, out.shape);
     return std::vector<Value>{c.b.Select(cond, x, y)};
-  });
+  }).DynamicElementwise();
   auto clamp = [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = Out(c);
     ElementType ct = ComputeType(out.dtype);

@@ -135,7 +135,12 @@ const bool registered = [] {
     s.Dim(1, 0);
     s.Dim(2, 1);
   };
-  Register("baddbmm", AddProductRule({0}, {0}, {2}, {1}));
+  // [b, n, m] + [b, n, k] x [b, k, m] (Bloom's ALiBi scores)
+  Register("baddbmm", AddProductRule({0}, {0}, {2}, {1})).Dynamic().dynamic.independent_dims =
+      [](const std::vector<Arg>&, StaticDims& s) {
+        s.All(0);  // (self: added elementwise)
+        for (auto [arg, d] : {std::pair{1, 0}, {1, 1}, {2, 0}, {2, 2}}) s.Dim(arg, d);
+      };
   // sum over the batch: contract batch and k together.
   Register("addbmm", AddProductRule({}, {}, {0, 2}, {0, 1}));
   Register("addmv", AddProductRule({}, {}, {1}, {0}));

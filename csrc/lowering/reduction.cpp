@@ -312,6 +312,22 @@ Rule SoftmaxRule(bool log) {
   };
 }
 
+// _safe_softmax (attention's softmax under a mask): softmax, but a row of
+// -inf alone gives zeros, not nan. Native, so that it runs dynamic:
+// PyTorch's composite calls isneginf and where(out=), which run exact
+// shapes (Falcon's attention compiled both at every new prompt length).
+std::vector<Value> SafeSoftmax(Context& c, const std::vector<Arg>& a) {
+  Builder& b = c.b;
+  Value r = SoftmaxRule(false)(c, a).at(0);
+  Value x = Self(a);
+  Value masked = b.Compare("EQ", x, Fill(b, x, -INFINITY));
+  if (x.rank() > 0) {
+    std::vector<int64_t> dims{WrapDim(a.at(1).i, x.rank())};
+    masked = Expand(b, b.Reduce(masked, b.ConstantInt(ElementType::Bool, 1), dims, "and"), masked, dims);
+  }
+  return {b.Select(masked, Fill(b, r, 0), r)};
+}
+
 // (grad_output, output, dim, input_dtype) -> grad_input.
 Rule SoftmaxBackwardRule(bool log) {
   return [log](Context& c, const std::vector<Arg>& a) {
@@ -459,6 +475,10 @@ const bool registered = [] {
     bwd.dynamic.rows_args = {0, 1};
     bwd.dynamic.rows_when = RowsOverLastDim;
   }
+  RuleEntry& safe = Register("_safe_softmax", SafeSoftmax).Dynamic();
+  safe.dynamic.rows_args = {0};
+  safe.dynamic.rows_when = RowsOverLastDim;
+  safe.dynamic.independent_dims = KeptDims(1);
   Register("linalg_vector_norm", VectorNorm, {"linalg_vector_norm.out"});
   Register("cumsum", CumulativeRule(false), {"cumsum.out", "cumsum_"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   Register("cumprod", CumulativeRule(true), {"cumprod.out", "cumprod_"});

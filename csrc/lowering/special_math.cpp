@@ -268,11 +268,11 @@ const bool registered = [] {
   RegisterBinary("fmin", {}, FMaxMin(false));
   Register("isposinf", Predicate([](Builder& b, Value x) {
              return b.Compare("EQ", x, Like(b, x, INFINITY));
-           }, false));
+           }, false)).DynamicElementwise();
   Register("isneginf", Predicate([](Builder& b, Value x) {
              return b.Compare("EQ", x, Like(b, x, -INFINITY));
-           }, false));
-  Register("signbit", Predicate(SignBit, true));
+           }, false)).DynamicElementwise();
+  Register("signbit", Predicate(SignBit, true)).DynamicElementwise();
   Register("nan_to_num", NanToNum);
   return true;
 }();

@@ -1,0 +1,141 @@
+"""New shapes in other Hugging Face architectures compile nothing inside warm buckets
+(TORCH_TPU_DYNAMIC_SHAPES=auto): the ops they add run dynamic (Falcon's masked
+attention calls _safe_softmax, Bloom's ALiBi scores baddbmm, predicates such as
+isneginf and where with a scalar), and a new batch size at a new length finds its
+buckets (Qwen3's per-head norms keep their head count static). Every result is
+compared with PyTorch on the CPU; compiles are read from debug.stats()."""
+import pytest
+import torch
+
+from torch_tpu import debug, dynamic
+
+pytestmark = pytest.mark.usefixtures("auto_dynamic_shapes")  # conftest.py
+
+
+def run_sizes(fn, make, sizes):
+    """Runs fn on tpu and on the CPU at each size; returns the compiles of each tpu call."""
+    compiles = []
+    for n in sizes:
+        args = make(n)
+        want = fn(*args)
+        debug.reset_stats()
+        got = fn(*[a.to("tpu") for a in args]).cpu()
+        compiles.append(debug.stats()["compiles"])
+        assert got.dtype == want.dtype and got.shape == want.shape
+        torch.testing.assert_close(got, want, rtol=1.3e-6, atol=1e-6, equal_nan=True)
+    return compiles
+
+
+def with_special_values(n):
+    x = torch.randn(3, n)
+    x[0, 1], x[1, 2], x[2, 0] = float("-inf"), float("inf"), float("nan")
+    return (x,)
+
+
+@pytest.mark.parametrize("fn", [torch.isneginf, torch.isposinf, torch.isnan, torch.isinf, torch.isfinite,
+                                torch.signbit, lambda x: torch.where(x > 0, x, 0.5),
+                                lambda x: torch.where(x > 0, -1.0, x)])
+def test_predicates_and_scalar_where_stop_compiling(fn):
+    # 9 compiles static, 10 the 16-bucket; 12 and 15 run in it.
+    compiles = run_sizes(fn, with_special_values, (9, 10, 12, 15))
+    assert compiles[2:] == [0, 0], compiles
+
+
+def test_safe_softmax_zeroes_fully_masked_rows_and_stops_compiling():
+    def make(n):
+        x = torch.randn(2, 3, n) * 3
+        x[0, 1, :] = float("-inf")  # a row masked whole: zeros, not nan
+        x[1, :, n // 2:] = float("-inf")
+        return (x,)
+
+    def safe_softmax(x):
+        return torch.ops.aten._safe_softmax(x, -1)
+
+    compiles = run_sizes(safe_softmax, make, (9, 10, 12, 15))
+    assert compiles[2:] == [0, 0], compiles
+    got = safe_softmax(make(11)[0].to("tpu")).cpu()
+    assert torch.equal(got[0, 1], torch.zeros(11))
+    # dtype= converts first; a rank-0 input is its own row.
+    x = torch.randn(4, 9, dtype=torch.bfloat16)
+    torch.testing.assert_close(torch.ops.aten._safe_softmax(x.to("tpu"), 1, torch.float32).cpu(),
+                               torch.ops.aten._safe_softmax(x, 1, torch.float32))
+    for v in (float("-inf"), 2.0):
+        s = torch.tensor(v)
+        assert torch.equal(torch.ops.aten._safe_softmax(s.to("tpu"), 0).cpu(), torch.ops.aten._safe_softmax(s, 0))
+
+
+def test_safe_softmax_backward_equals_cpu():
+    x = torch.randn(2, 7, 9, requires_grad=True)
+    xd = x.detach().to("tpu").requires_grad_()
+    g = torch.randn(2, 7, 9)
+    torch.ops.aten._safe_softmax(x, -1).backward(g)
+    torch.ops.aten._safe_softmax(xd, -1).backward(g.to("tpu"))
+    torch.testing.assert_close(xd.grad.cpu(), x.grad)
+
+
+def test_baddbmm_stops_compiling():
+    def make(n):
+        return torch.randn(8, 1, n), torch.randn(8, n, 16), torch.randn(8, 16, n)
+
+    compiles = run_sizes(lambda s, a, b: torch.baddbmm(s, a, b, beta=0.5, alpha=0.25), make, (9, 10, 12, 15))
+    assert compiles[2:] == [0, 0], compiles
+
+
+def build(name):
+    transformers = pytest.importorskip("transformers")
+    common = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
+    if name == "falcon":
+        return transformers.FalconForCausalLM(transformers.FalconConfig(**common))
+    if name == "bloom":
+        return transformers.BloomForCausalLM(transformers.BloomConfig(vocab_size=256, hidden_size=64, n_layer=2,
+                                                                      n_head=4))
+    return transformers.Qwen3ForCausalLM(transformers.Qwen3Config(intermediate_size=128, num_key_value_heads=2,
+                                                                  head_dim=16, max_position_embeddings=128,
+                                                                  **common))
+
+
+def check_generate(models, b, n):
+    cpu, dev = models
+    ids = torch.randint(2, 256, (b, n), generator=torch.Generator().manual_seed(n + 100 * b))
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        want = cpu.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False)
+        debug.reset_stats()
+        got = dev.generate(ids.to("tpu"), attention_mask=mask.to("tpu"), max_new_tokens=6, do_sample=False).cpu()
+    s = debug.stats()
+    assert torch.equal(got, want), (b, n)
+    return s["compiles"], s["compiles_by_op"]
+
+
+def pair(name):
+    torch.manual_seed(0)
+    cpu = build(name).eval()
+    dev = build(name).eval()
+    dev.load_state_dict(cpu.state_dict())
+    dev = dev.to("tpu")
+    for m in (cpu, dev):
+        m.generation_config.eos_token_id = None
+        m.generation_config.pad_token_id = 0
+    return cpu, dev
+
+
+@pytest.mark.parametrize("name", ["falcon", "bloom"])
+def test_generate_new_prompt_lengths_compile_nothing(name):
+    models = pair(name)
+    for n in (9, 10, 14):  # the cache reaches 19: buckets 16 and 20
+        check_generate(models, 1, n)
+    for n in (11, 12, 13):
+        compiles, by_op = check_generate(models, 1, n)
+        assert compiles == 0, (name, n, by_op)
+
+
+def test_qwen3_new_batch_size_at_a_new_length_compiles_nothing():
+    # Qwen3 normalizes q and k per head: [b, s, h, d] and [b, h, s, d] reads share
+    # signatures, and batch 4's must not take batch 1's dynamic sequence dim for
+    # its head count (XLA cannot pad a dim the norm's weight broadcasts along).
+    models = pair("qwen3")
+    for b, n in ((1, 9), (1, 10), (1, 12), (4, 10), (5, 10)):
+        check_generate(models, b, n)
+    for b, n in ((3, 11), (6, 9)):
+        compiles, by_op = check_generate(models, b, n)
+        assert compiles == 0, (b, n, by_op)
