@@ -694,8 +694,9 @@ struct DynamicLayout {
   // Per input read (`reads`), per layout dim: one element of an already
   // padded storage at a position > 0, taken at run time (SlidingStarts).
   std::vector<std::vector<bool>> sliding;
-  // Per storage: an in-place destination whose old elements the op never
-  // reads (RuleEntry::overwrites_destination): not a module parameter.
+  // Per storage: read for its type only, not a module parameter: an
+  // in-place destination whose old elements the op never reads
+  // (RuleEntry::overwrites_destination), or a storage only empty views read.
   std::vector<bool> overwritten;
   // Per destination: its window of its storage's padded layout (nullopt: a
   // whole storage, or a fresh result).
@@ -834,11 +835,26 @@ std::optional<ReshapedRead> ReshapedReadOf(const Plan& plan, size_t i, const std
   return MapReshapedView(in.geometry, OffsetOf(plan, in), layout, dyn);
 }
 
+// The storages only empty views read (Phi-3's rotary pass-through half,
+// q[..., head_dim:], cat after the rotated one): no elements, no layout to
+// find, read for their type only.
+void EmptyReadStorages(const Plan& plan, DynamicLayout* lay) {
+  enum { kUnread, kEmptyOnly, kRead };
+  std::vector<int> state(plan.storages.size(), kUnread);
+  for (const TensorIn& in : plan.inputs)
+    state[in.storage] = std::max(state[in.storage], Numel(in.geometry.sizes) == 0 ? int{kEmptyOnly} : int{kRead});
+  for (const Dest& d : plan.dests)
+    if (d.tensor.defined()) state[d.storage] = kRead;
+  for (size_t s = 0; s < state.size(); ++s)
+    if (state[s] == kEmptyOnly) lay->overwritten[s] = true;
+}
+
 // The destinations of a fill or copy whose storage only their own argument
 // reads (x.copy_(x) reads its old elements).
 void OverwrittenStorages(const Call& call, DynamicLayout* lay) {
   const Plan& plan = call.plan;
   lay->overwritten.assign(plan.storages.size(), false);
+  EmptyReadStorages(plan, lay);
   if (call.desc->variant != Variant::InPlace || !call.desc->rule->overwrites_destination) return;
   std::vector<bool> mutated(plan.inputs.size(), false);
   for (size_t a : call.desc->mutable_args)

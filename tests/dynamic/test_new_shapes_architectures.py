@@ -1,7 +1,8 @@
 """New shapes in other Hugging Face architectures compile nothing inside warm buckets
 (TORCH_TPU_DYNAMIC_SHAPES=auto): the ops they add run dynamic (Falcon's masked
 attention calls _safe_softmax, Bloom's ALiBi scores baddbmm, predicates such as
-isneginf and where with a scalar), and a new batch size at a new length finds its
+isneginf and where with a scalar; Phi-3's rotary cuts an empty view and cats it),
+and a new batch size at a new length finds its
 buckets (Qwen3's per-head norms keep their head count static). Every result is
 compared with PyTorch on the CPU; compiles are read from debug.stats()."""
 import pytest
@@ -12,7 +13,7 @@ from torch_tpu import debug, dynamic
 pytestmark = pytest.mark.usefixtures("auto_dynamic_shapes")  # conftest.py
 
 
-def run_sizes(fn, make, sizes):
+def run_sizes(fn, make, sizes, atol=1e-6):
     """Runs fn on tpu and on the CPU at each size; returns the compiles of each tpu call."""
     compiles = []
     for n in sizes:
@@ -22,7 +23,7 @@ def run_sizes(fn, make, sizes):
         got = fn(*[a.to("tpu") for a in args]).cpu()
         compiles.append(debug.stats()["compiles"])
         assert got.dtype == want.dtype and got.shape == want.shape
-        torch.testing.assert_close(got, want, rtol=1.3e-6, atol=1e-6, equal_nan=True)
+        torch.testing.assert_close(got, want, rtol=1.3e-6, atol=atol, equal_nan=True)
     return compiles
 
 
@@ -81,11 +82,28 @@ def test_baddbmm_stops_compiling():
     assert compiles[2:] == [0, 0], compiles
 
 
+def test_cat_with_an_empty_view_stops_compiling():
+    # Phi-3's partial rotary at factor 1: q[..., 16:] is empty, cat after the rotated half.
+    w = torch.randn(64, 192)
+
+    def rope(x, w):
+        q = (x @ w)[..., :64].view(1, -1, 4, 16).transpose(1, 2)
+        rot, rest = q[..., :16], q[..., 16:]
+        return torch.cat((rot * 2, rest), dim=-1)
+
+    compiles = run_sizes(lambda x: rope(x, w.to(x.device)), lambda n: (torch.randn(1, n, 64),), (9, 10, 12, 15),
+                         atol=1e-5)  # sums of 64 products
+    assert compiles[2:] == [0, 0], compiles
+
+
 def build(name):
     transformers = pytest.importorskip("transformers")
     common = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
     if name == "falcon":
         return transformers.FalconForCausalLM(transformers.FalconConfig(**common))
+    if name == "phi3":
+        return transformers.Phi3ForCausalLM(transformers.Phi3Config(intermediate_size=128, num_key_value_heads=2,
+                                                                    pad_token_id=0, **common))
     if name == "bloom":
         return transformers.BloomForCausalLM(transformers.BloomConfig(vocab_size=256, hidden_size=64, n_layer=2,
                                                                       n_head=4))
@@ -119,7 +137,7 @@ def pair(name):
     return cpu, dev
 
 
-@pytest.mark.parametrize("name", ["falcon", "bloom"])
+@pytest.mark.parametrize("name", ["falcon", "bloom", "phi3"])
 def test_generate_new_prompt_lengths_compile_nothing(name):
     models = pair(name)
     for n in (9, 10, 14):  # the cache reaches 19: buckets 16 and 20
