@@ -248,8 +248,8 @@ const bool registered = [] {
     });
     if (e.name == "div.Tensor_mode") e.DynamicElementwise();
   }
-  Register("floor_divide", ArithRule(FloorDivide));
-  Register("floor_divide.Scalar", ArithRule(FloorDivide));
+  Register("floor_divide", ArithRule(FloorDivide)).DynamicElementwise();
+  Register("floor_divide.Scalar", ArithRule(FloorDivide)).DynamicElementwise();
   RegisterArith("remainder", Remainder);
   Register("remainder.Scalar_Tensor", ArithRule(Remainder));
   RegisterArith("fmod", [](Builder& b, Value x, Value y) { return b.Binary("remainder", x, y); });

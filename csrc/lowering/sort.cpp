@@ -216,9 +216,34 @@ std::vector<Value> Mode(Context& c, const std::vector<Arg>& a) {
   return {b.Reshape(values, vo.shape), b.Reshape(b.Convert(r[3], io.dtype), io.shape)};
 }
 
+// The dim a sort or topk runs along (schema arg `dim_arg`, -1 when absent).
+int64_t SortedDim(const std::vector<Arg>& a, size_t dim_arg, int64_t rank) {
+  const int64_t d = dim_arg < a.size() && a[dim_arg].kind == K::Int ? a[dim_arg].i : -1;
+  return WrapDim(d, rank);
+}
+
+// Bounded dynamic shapes for a sort along one dim: that dim stays static
+// (padding would sort in among the elements); every other dim is rows,
+// independent (a new token count of Mixtral's router, topk over the experts
+// of each token, compiles nothing).
+RuleEntry& DynamicRows(RuleEntry& e, size_t dim_arg) {
+  e.Dynamic([dim_arg](const std::vector<Arg>& a, StaticDims& s) {
+    const int64_t rank = static_cast<int64_t>(s.Rank(0));
+    if (rank == 0) return;
+    s.Dim(0, static_cast<size_t>(SortedDim(a, dim_arg, rank)));
+    s.Because("the dim it sorts along");
+  });
+  e.dynamic.independent_dims = [dim_arg](const std::vector<Arg>& a, StaticDims& s) {
+    const int64_t rank = static_cast<int64_t>(s.Rank(0));
+    for (int64_t d = 0; d < rank; ++d)
+      if (d != SortedDim(a, dim_arg, rank)) s.Dim(0, static_cast<size_t>(d));
+  };
+  return e;
+}
+
 const bool registered = [] {
-  Register("sort.stable", Sort);
-  Register("topk", TopK);
+  DynamicRows(Register("sort.stable", Sort), 2);  // (self, stable, dim, descending)
+  DynamicRows(Register("topk", TopK), 2);         // (self, k, dim, largest, sorted)
   Register("kthvalue", KthValue);
   Register("median.dim", MedianDim);
   Register("median", MedianAll);

@@ -1,7 +1,8 @@
 """New shapes in other Hugging Face architectures compile nothing inside warm buckets
 (TORCH_TPU_DYNAMIC_SHAPES=auto): the ops they add run dynamic (Falcon's masked
 attention calls _safe_softmax, Bloom's ALiBi scores baddbmm, predicates such as
-isneginf and where with a scalar; Phi-3's rotary cuts an empty view and cats it),
+isneginf and where with a scalar, Mixtral's router topk; Phi-3's rotary cuts an
+empty view and cats it),
 and a new batch size at a new length finds its
 buckets (Qwen3's per-head norms keep their head count static). Every result is
 compared with PyTorch on the CPU; compiles are read from debug.stats()."""
@@ -72,6 +73,22 @@ def test_safe_softmax_backward_equals_cpu():
     torch.ops.aten._safe_softmax(x, -1).backward(g)
     torch.ops.aten._safe_softmax(xd, -1).backward(g.to("tpu"))
     torch.testing.assert_close(xd.grad.cpu(), x.grad)
+
+
+@pytest.mark.parametrize("fn", [lambda x: torch.topk(x, 2, dim=-1)[0], lambda x: torch.topk(x, 2, dim=-1)[1],
+                                lambda x: torch.sort(x, dim=1, stable=True)[1],
+                                lambda x: torch.floor_divide(x * 10, 3)])
+def test_router_ops_on_new_token_counts_stop_compiling(fn):
+    # Mixtral's router: topk over the experts of each token (rows: the tokens).
+    compiles = run_sizes(fn, lambda n: (torch.randn(n, 8),), (9, 10, 12, 15))
+    assert compiles[2:] == [0, 0], compiles
+
+
+def test_sort_along_a_new_size_stays_exact():
+    # Along the dim it sorts, padding would sort in: exact shapes, equal to the CPU.
+    compiles = run_sizes(lambda x: torch.sort(x, dim=0, stable=True)[1], lambda n: (torch.randn(n, 8),),
+                         (9, 10, 12))
+    assert all(c > 0 for c in compiles), compiles
 
 
 def test_baddbmm_stops_compiling():
