@@ -417,7 +417,13 @@ const bool registered = [] {
 
   Register("embedding", Embedding).Dynamic();
   Register("index_select", IndexSelect);
-  Register("gather", GatherRule);
+  // New index lengths run dynamic (BERT's token types gathered at each
+  // position); the dim gathered along stays static: the index bound is its size.
+  Register("gather", GatherRule).Dynamic([](const std::vector<Arg>& a, StaticDims& s) {
+    const int64_t rank = static_cast<int64_t>(s.Rank(0));
+    if (rank > 0 && a.size() > 1 && a[1].kind == Arg::Kind::Int) s.Dim(0, static_cast<size_t>(WrapDim(a[1].i, rank)));
+    s.Because("the dim it gathers along (the indices' bound)");
+  });
   Register("scatter.src", [](Context& c, const std::vector<Arg>& a) {
     return One(ScatterAlong(c, Out(c), a[0].tensor, a[1].i, a[2].tensor, a[3].tensor,
                             "assign"));

@@ -2,7 +2,7 @@
 (TORCH_TPU_DYNAMIC_SHAPES=auto): the ops they add run dynamic (Falcon's masked
 attention calls _safe_softmax, Bloom's ALiBi scores baddbmm, predicates such as
 isneginf and where with a scalar, Mixtral's router topk; Phi-3's rotary cuts an
-empty view and cats it),
+empty view and cats it; BERT gathers its token types),
 and a new batch size at a new length finds its
 buckets (Qwen3's per-head norms keep their head count static). Every result is
 compared with PyTorch on the CPU; compiles are read from debug.stats()."""
@@ -89,6 +89,21 @@ def test_sort_along_a_new_size_stays_exact():
     compiles = run_sizes(lambda x: torch.sort(x, dim=0, stable=True)[1], lambda n: (torch.randn(n, 8),),
                          (9, 10, 12))
     assert all(c > 0 for c in compiles), compiles
+
+
+def test_gather_at_new_index_lengths_stops_compiling_and_checks_its_bound():
+    # BERT's token types: a [1, 40] buffer expanded to the batch, gathered at each position.
+    table = torch.arange(40).reshape(1, 40) % 3
+
+    def gather(t, pos):
+        return torch.gather(t.expand(pos.shape[0], -1), 1, pos)
+
+    compiles = run_sizes(gather, lambda n: (table, torch.arange(n).expand(4, n).contiguous()), (9, 10, 12, 15))
+    assert compiles[2:] == [0, 0], compiles
+    bad = torch.arange(13).expand(4, 13).contiguous()
+    bad[2, 5] = 40  # past the gathered dim: raises at a new size too
+    with pytest.raises(IndexError, match="gather: index out of range for a dimension of size 40"):
+        gather(table.to("tpu"), bad.to("tpu")).cpu()
 
 
 def test_baddbmm_stops_compiling():
