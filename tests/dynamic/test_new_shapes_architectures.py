@@ -9,7 +9,8 @@ compared with PyTorch on the CPU; compiles are read from debug.stats()."""
 import pytest
 import torch
 
-from torch_tpu import debug, dynamic
+from torch_tpu import debug
+from test_new_shapes_generate import cpu_and_tpu_models  # the same weights on the CPU and on tpu
 
 pytestmark = pytest.mark.usefixtures("auto_dynamic_shapes")  # conftest.py
 
@@ -128,20 +129,19 @@ def test_cat_with_an_empty_view_stops_compiling():
     assert compiles[2:] == [0, 0], compiles
 
 
-def build(name):
+def model_and_config(name):
     transformers = pytest.importorskip("transformers")
     common = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
     if name == "falcon":
-        return transformers.FalconForCausalLM(transformers.FalconConfig(**common))
+        return transformers.FalconForCausalLM, transformers.FalconConfig(**common)
     if name == "phi3":
-        return transformers.Phi3ForCausalLM(transformers.Phi3Config(intermediate_size=128, num_key_value_heads=2,
-                                                                    pad_token_id=0, **common))
+        return transformers.Phi3ForCausalLM, transformers.Phi3Config(intermediate_size=128, num_key_value_heads=2,
+                                                                     pad_token_id=0, **common)
     if name == "bloom":
-        return transformers.BloomForCausalLM(transformers.BloomConfig(vocab_size=256, hidden_size=64, n_layer=2,
-                                                                      n_head=4))
-    return transformers.Qwen3ForCausalLM(transformers.Qwen3Config(intermediate_size=128, num_key_value_heads=2,
-                                                                  head_dim=16, max_position_embeddings=128,
-                                                                  **common))
+        return transformers.BloomForCausalLM, transformers.BloomConfig(vocab_size=256, hidden_size=64, n_layer=2,
+                                                                       n_head=4)
+    return transformers.Qwen3ForCausalLM, transformers.Qwen3Config(intermediate_size=128, num_key_value_heads=2,
+                                                                   head_dim=16, max_position_embeddings=128, **common)
 
 
 def check_generate(models, b, n):
@@ -158,15 +158,7 @@ def check_generate(models, b, n):
 
 
 def pair(name):
-    torch.manual_seed(0)
-    cpu = build(name).eval()
-    dev = build(name).eval()
-    dev.load_state_dict(cpu.state_dict())
-    dev = dev.to("tpu")
-    for m in (cpu, dev):
-        m.generation_config.eos_token_id = None
-        m.generation_config.pad_token_id = 0
-    return cpu, dev
+    return cpu_and_tpu_models(*model_and_config(name))
 
 
 @pytest.mark.parametrize("name", ["falcon", "bloom", "phi3"])
