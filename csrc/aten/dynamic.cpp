@@ -1631,11 +1631,14 @@ std::vector<std::string> DimHintsOf(const at::Tensor& t) {
   return out;
 }
 DynamicCounters DynamicStats() { return Counters(); }
-void CountCompile(const std::string& op, bool dynamic) {
+const char* ExactReason() {
+  return g_dynamic_active ? t_exact_reason : "dynamic shapes off (TORCH_TPU_DYNAMIC_SHAPES=0)";
+}
+void CountCompile(const std::string& op, bool dynamic, const char* reason) {
   DynamicCounters& c = Counters();
   ++c.compiles_by_op[op];
   if (dynamic) ++c.dynamic_compiles_by_op[op];
-  else ++c.exact_reasons[op][g_dynamic_active ? t_exact_reason : "dynamic shapes off (TORCH_TPU_DYNAMIC_SHAPES=0)"];
+  else ++c.exact_reasons[op][reason ? reason : ExactReason()];
 }
 pjrt::ExecutablePtr GetOrCompileCounted(const std::string& key, int device,
                                         const std::function<std::string()>& build, const std::string& op,

@@ -33,7 +33,11 @@ struct DynamicCounters {
 };
 
 // Counts one strict-eager compile of `op` (`dynamic`: a bounded-dynamic one).
-void CountCompile(const std::string& op, bool dynamic = false);
+// An exact one counts under `reason`, else ExactReason() now.
+void CountCompile(const std::string& op, bool dynamic = false, const char* reason = nullptr);
+// Why this thread's last strict-eager call ran exact shapes (a string literal;
+// a compile queued on the pool keeps it for when it is counted).
+const char* ExactReason();
 // Runtime::GetOrCompile(), counting a compile of `op` (CountCompile) when XLA
 // compiled it in this call (not a cache hit).
 pjrt::ExecutablePtr GetOrCompileCounted(const std::string& key, int device,

@@ -172,8 +172,9 @@ std::vector<c10::IValue> QueueCall(const Call& call, Compiled* hit, FastCall& fa
     q->reads.push_back(p.kind == Param::Kind::Storage ? call.plan.storages[p.storage] : nullptr);
   if (started) {
     const std::string& name = call.desc->name;
-    q->on_compiled = [&name](bool compiled) {
-      if (compiled) CountCompile(name);  // dynamic.h
+    // Counted when the launch runs, after later calls: this call's reason.
+    q->on_compiled = [&name, reason = ExactReason()](bool compiled) {
+      if (compiled) CountCompile(name, false, reason);  // dynamic.h
     };
   }
   runtime::launch_queue::Enqueue(GetRuntime(), std::move(q));
