@@ -1261,6 +1261,13 @@ std::vector<Value> ReadInputs(hlo::Builder& b, const Plan& plan, const DynamicLa
   return reads;
 }
 
+// Whether each result at its bucket is as large as the buffer its storage keeps.
+bool ResultsFillTheirBuffers(const DynamicCompiled& dc) {
+  for (size_t k = 0; k < dc.out_bucket.size() && k < dc.out_buffer.size(); ++k)
+    if (Numel(dc.out_bucket[k]) != Numel(dc.out_buffer[k])) return false;
+  return true;
+}
+
 std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
                                const std::vector<OutputSpec>& bucket_specs,
                                DynamicCompiled& dc) {
@@ -1291,8 +1298,10 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
   for (size_t i = 0; i < plan.inputs.size(); ++i)
     for (bool sliding : lay.sliding[i])
       starts[i].push_back(sliding ? b.Parameter({ElementType::I32, {}}) : Value{});
-  // An elementwise or row-independent call runs on the buckets' static arrays: no sizes set.
-  const bool masked = !Unmasked(call, lay);
+  // An elementwise or row-independent call runs on the buckets' static arrays: no sizes set
+  // (unless a result's buffer is larger than its bucket: a small size that followed its
+  // input's buffer, 10, into a result kept at Bucket(10) = 16, is padded as a masked one).
+  const bool masked = !Unmasked(call, lay) || !ResultsFillTheirBuffers(dc);
   std::vector<Value> reads = ReadInputs(b, plan, lay, params, sizes, outer_real, starts, masked);
   Call bucket_call = call;
   bucket_call.specs = bucket_specs;
