@@ -225,6 +225,8 @@ struct SignatureState {
   std::map<std::pair<size_t, size_t>, std::set<int64_t>> small_buckets;
   // Per (input, dim): the larger buckets it has run at (WarmerBuckets).
   std::map<std::pair<size_t, size_t>, std::set<int64_t>> large_buckets;
+  // The signatures of its family, itself included (JoinFamily).
+  std::vector<const SignatureState*>* siblings = nullptr;
   bool exact_only = false;  // a dynamic module failed: exact shapes from now on
 };
 
@@ -415,6 +417,9 @@ bool Eligible(const Call& call) {
   return true;
 }
 
+// Whether two sizes are within 2x of each other.
+bool Near(int64_t a, int64_t b) { return a < 2 * b && b < 2 * a; }
+
 // How far a call's sizes are from a variant: the sum of |log(size ratio)|
 // over its static dims that differ; infinity when one differs by 2x or more
 // (another family of calls: grouped-query attention's q and k, 4 and 2
@@ -426,26 +431,22 @@ double Distance(const SizeVariant& v, const Plan& plan) {
     for (size_t d = 0; d < sizes.size(); ++d) {
       int64_t a = sizes[d], b = v.first[i][d];
       if (a == b || v.dynamic[i][d]) continue;
-      if (a <= 1 || b <= 1 || a >= 2 * b || b >= 2 * a) return std::numeric_limits<double>::infinity();
+      if (a <= 1 || b <= 1 || !Near(a, b)) return std::numeric_limits<double>::infinity();
       far += std::abs(std::log(static_cast<double>(a) / static_cast<double>(b)));
     }
   }
   return far;
 }
 
-// Whether two sizes are within 2x of each other.
-bool Near(int64_t a, int64_t b) { return a < 2 * b && b < 2 * a; }
-
 // The variant of a sibling signature (same family: the op at other unit
 // dims, batch 1 and batch 4) nearest to a call: over the dims above 1 in
 // both, the sum of |log(size ratio)| where the sibling's dim is static or
 // 2x away from the call's (the sibling's [b, s, h, d] read where this call
 // is [b, h, s, d]); none when a static one differs by 2x or more. Null: none.
-const SizeVariant* SiblingVariant(const std::vector<const SignatureState*>& siblings, const SignatureState& self,
-                                  const Plan& plan) {
+const SizeVariant* SiblingVariant(const SignatureState& self, const Plan& plan) {
   const SizeVariant* best = nullptr;
   double best_distance = std::numeric_limits<double>::infinity();
-  for (const SignatureState* sib : siblings) {
+  for (const SignatureState* sib : *self.siblings) {
     if (sib == &self) continue;
     for (const SizeVariant& v : sib->variants) {
       if (v.first.size() != plan.inputs.size()) continue;
@@ -489,9 +490,9 @@ void InheritDynamicDims(const SizeVariant& sibling, const Plan& plan, SizeVarian
 
 // The variant a call belongs to: the nearest one under 2x in every dim
 // that differs, else a new one (its first sizes: static, but for the dims
-// its nearest sibling made dynamic). Past 16 variants the nearest (a
-// signature called at many unrelated sizes).
-SizeVariant& VariantOf(SignatureState& st, const Plan& plan, const std::vector<const SignatureState*>& siblings) {
+// its nearest sibling made dynamic when `inherit`). Past 16 variants the
+// nearest (a signature called at many unrelated sizes).
+SizeVariant& VariantOf(SignatureState& st, const Plan& plan, bool inherit) {
   constexpr size_t kMaxVariants = 16;
   SizeVariant* best = nullptr;
   double best_distance = std::numeric_limits<double>::infinity();
@@ -508,7 +509,8 @@ SizeVariant& VariantOf(SignatureState& st, const Plan& plan, const std::vector<c
     v.first.push_back(in.geometry.sizes);
     v.dynamic.emplace_back(in.geometry.sizes.size(), false);
   }
-  if (const SizeVariant* sibling = SiblingVariant(siblings, st, plan)) InheritDynamicDims(*sibling, plan, &v);
+  const SizeVariant* sibling = inherit && st.siblings ? SiblingVariant(st, plan) : nullptr;
+  if (sibling) InheritDynamicDims(*sibling, plan, &v);
   st.variants.push_back(std::move(v));
   return st.variants.back();
 }
@@ -519,10 +521,9 @@ SizeVariant& VariantOf(SignatureState& st, const Plan& plan, const std::vector<c
 // (size > 1) is dynamic from the first call; in mode 0 nothing else is.
 // `*static_changed`: a dim hinted static has another size than the variant's first.
 std::vector<std::vector<bool>> Observe(SignatureState& st, const Plan& plan, DynamicMode mode,
-                                       const CallHints& hints, const std::vector<const SignatureState*>& siblings,
-                                       bool* static_changed) {
+                                       const CallHints& hints, bool* static_changed) {
   const size_t n = plan.inputs.size();
-  SizeVariant& v = VariantOf(st, plan, mode == DynamicMode::Auto ? siblings : std::vector<const SignatureState*>{});
+  SizeVariant& v = VariantOf(st, plan, mode == DynamicMode::Auto);
   std::vector<std::vector<bool>> dyn(n);
   for (size_t i = 0; i < n; ++i) {
     const auto& sizes = plan.inputs[i].geometry.sizes;
@@ -1781,6 +1782,16 @@ bool TakeWarmerBuckets(const Call& call, const std::string& sig, const Signature
   return false;
 }
 
+// A new signature joins its family (Signature()'s `family`: the op at other
+// unit dims), whose variants its own new ones inherit dynamic dims from.
+void JoinFamily(const Plan& plan, const std::vector<bool>& fixed, const std::vector<bool>& front,
+                SignatureState* st) {
+  std::string family;
+  Signature(plan, fixed, front, &family);
+  st->siblings = &State().families[family];
+  st->siblings->push_back(st);
+}
+
 // A call of a signature with dynamic dims on its bounded executable;
 // nullopt: it runs exact shapes.
 std::optional<std::vector<c10::IValue>> RunBounded(Call& call, const c10::OperatorHandle& op,
@@ -1799,17 +1810,16 @@ std::optional<std::vector<c10::IValue>> RunBounded(Call& call, const c10::Operat
   t_exact_reason = "dynamic shapes off (TORCH_TPU_DYNAMIC_SHAPES=0)";
   if (mode == DynamicMode::Off && !hinted) return std::nullopt;
   DynamicState& state = State();
-  std::string family;
-  std::string sig = Signature(call.plan, fixed, FrontWindowInputs(call), &family);
-  auto [entry, inserted] = state.signatures.try_emplace(sig);
+  const std::vector<bool> front = FrontWindowInputs(call);
+  auto [entry, inserted] = state.signatures.try_emplace(Signature(call.plan, fixed, front));
+  const std::string& sig = entry->first;
   SignatureState& st = entry->second;
-  std::vector<const SignatureState*>& siblings = state.families[family];
-  if (inserted) siblings.push_back(&st);
+  if (inserted) JoinFamily(call.plan, fixed, front, &st);
   t_exact_reason = "XLA could not pad this signature's module";
   if (st.exact_only) return std::nullopt;
   DynamicLayout lay;
   bool static_changed = false;
-  lay.in_dynamic = Observe(st, call.plan, mode, hints, siblings, &static_changed);
+  lay.in_dynamic = Observe(st, call.plan, mode, hints, &static_changed);
   t_exact_reason = !static_changed ? "first sizes of its signature"
                    : static_because ? static_because
                                     : "a new size in a dim kept static (by its rule, or mark_static)";
