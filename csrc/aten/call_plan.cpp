@@ -279,7 +279,8 @@ void FinishPlan(Call& call, const std::vector<c10::IValue>& args) {
 
 uint64_t RngDraws(const Call& call) {
   std::vector<TensorType> outputs;
-  for (const auto& s : call.specs) outputs.push_back({ElementType::F32, s.sizes});
+  for (const auto& s : call.specs)
+    outputs.push_back({s.defined ? ToElementType(s.dtype, call.desc->name.c_str()) : ElementType::F32, s.sizes});
   std::vector<Arg> abstract = AbstractArgs(call.plan);
   return call.desc->rule->random() ? call.desc->rule->draws(abstract, outputs)
                                    : lowering::DrawPerOutputElement(abstract, outputs);

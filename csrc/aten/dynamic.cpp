@@ -38,7 +38,7 @@
 // What runs dynamic: the rules marked Dynamic() in the lowering table
 // (RuleEntry::dynamic: elementwise, reductions, softmax, matmul, clone, cat,
 // stack, constant_pad_nd, embedding and its backward, masked_fill, cumsum,
-// isin, norms, losses, attention and its backward in their batch and
+// isin, norms, losses, dropout, attention and its backward in their batch and
 // sequence dims, convolutions and poolings in their batch and spatial dims,
 // run static at the bucket on filled padding; a rule states which dims it
 // keeps static), in their
@@ -50,8 +50,11 @@
 // RoPE's slice_backward). Calls of a signature
 // from different places keep separate size variants (a head count never turns
 // dynamic because a sequence length did); parameters never turn dynamic.
-// Everything else (out= variants, in-place writes to part of an exact
-// storage, random draws, integer pow) keeps exact shapes. A dynamic module
+// Random draws run dynamic where the rule draws at its inputs' real sizes
+// (dropout, attention's dropout: lowering::RandomBits counts each element's
+// bits from its index among the real elements, so the bucket draws what the
+// exact shape draws). Everything else (out= variants, in-place writes to
+// part of an exact storage, other random draws, integer pow) keeps exact shapes. A dynamic module
 // XLA rejects turns its signature back to exact shapes (correct first).
 // debug.report() says why an op ran exact (exact_reasons).
 //
@@ -355,11 +358,17 @@ std::string Signature(const Plan& plan, const std::vector<bool>& fixed, const st
   return sig;
 }
 
-// Whether the call draws random numbers (its bits would differ at the
-// bucket's sizes); a random rule may draw none for these arguments (an
-// attention without dropout).
+// Whether the call draws random numbers; a random rule may draw none for
+// these arguments (an attention without dropout).
 bool DrawsRandomBits(const Call& call) {
   return !call.desc->rule || !call.desc->rule->random() || RngDraws(call) != 0;
+}
+
+// Whether the call draws random numbers at its exact shape only (a rule
+// that does not draw at its inputs' real sizes: at the bucket's sizes its
+// bits would not be the exact shape's).
+bool DrawsAtExactShape(const Call& call) {
+  return DrawsRandomBits(call) && !(call.desc->rule && call.desc->rule->dynamic.draws_at_real_sizes);
 }
 
 
@@ -405,9 +414,9 @@ bool Eligible(const Call& call) {
   const lowering::DynamicShapes& rule = call.desc->rule->dynamic;
   if (plan.geometry_spans.size() != plan.inputs.size()) return Refuse("inputs without a geometry");
   for (const auto& q : plan.params)
-    if (q.kind == Param::Kind::Rng && DrawsRandomBits(call)) return Refuse("draws random numbers");
+    if (q.kind == Param::Kind::Rng && DrawsAtExactShape(call)) return Refuse("draws random numbers");
   for (const auto& a : plan.args)
-    if (a.kind == Arg::Kind::Generator && DrawsRandomBits(call)) return Refuse("draws random numbers");
+    if (a.kind == Arg::Kind::Generator && DrawsAtExactShape(call)) return Refuse("draws random numbers");
   for (size_t k = 0; k < call.specs.size(); ++k) {
     const OutputSpec& s = call.specs[k];
     if (!StorageOrder(s.sizes, s.strides) && !PartialDestination(call, k))
@@ -1210,6 +1219,7 @@ Value PadDynamic(hlo::Builder& b, Value v, std::vector<bool> dyn, const std::vec
 // a linear at a new batch size); the padding's results are never read.
 bool Unmasked(const Call& call, const DynamicLayout& lay) {
   const lowering::DynamicShapes& rule = call.desc->rule->dynamic;
+  if (rule.draws_at_real_sizes && DrawsRandomBits(call)) return false;  // its draws need the real sizes
   if (rule.elementwise) return true;
   if (!rule.independent_dims) return false;
   const Plan& plan = call.plan;

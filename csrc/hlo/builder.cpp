@@ -769,11 +769,6 @@ std::vector<Value> Builder::ReduceN(
                       [&](const std::vector<Value>& args) { RegionReturn(body(*this, args)); });
 }
 
-Value Builder::RandomBits(Value state, const TensorType& type) {
-  return Op("stablehlo.rng_bit_generator", {state}, {state.type, type},
-            "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>")[1];
-}
-
 Value Builder::Reduce(Value x, Value init, const std::vector<int64_t>& dims,
                       const std::string& combiner) {
   return ReduceN({x}, {init}, dims, [&](Builder& b, const std::vector<Value>& a) {

@@ -143,11 +143,6 @@ class Builder {
   std::vector<Value> Sort(const std::vector<Value>& operands, int64_t dim, bool stable,
                           const std::function<Value(Builder&, const std::vector<Value>&)>& before);
 
-  // ---- random numbers
-  // Random bits of `type` (an unsigned integer type) from a ui64[2] counter
-  // state, ThreeFry.
-  Value RandomBits(Value state, const TensorType& type);
-
   // ---- reductions and contractions
   // Reduces `x` over `dims` with the binary op `combiner` ("add", "maximum",
   // ...), starting from `init` (a rank-0 value).

@@ -336,7 +336,7 @@ const bool registered = [] {
     }
     double p1m = 1.0 - p;
     double scale = p1m == 0 ? 0.0 : 1.0 / p1m;
-    Value u = Uniform01(b, GeneratorArg(a).tensor, out.shape);
+    Value u = Uniform01(b, GeneratorArg(a).tensor, out.shape, /*wide=*/false, RealSizes(b, x));
     Value keep = b.Compare("LT", u, b.Splat(ElementType::F32, p1m, out.shape));
     ElementType ct = ComputeType(out.dtype);
     Value kept = b.Binary("multiply", x, b.Convert(keep, x.dtype()));  // input.mul(mask)
@@ -346,7 +346,7 @@ const bool registered = [] {
       y = b.Select(finite, b.Splat(ct, 0, out.shape), b.Splat(ct, NAN, out.shape));
     }
     return std::vector<Value>{b.Convert(y, out.dtype), b.Convert(keep, mask_t.dtype)};
-  });
+  }).Dynamic().dynamic.draws_at_real_sizes = true;
   // native_dropout_backward(grad_output, mask, scale) = grad * mask * scale
   Register("native_dropout_backward", [](Context& c, const std::vector<Arg>& a) {
     Builder& b = c.b;
@@ -357,7 +357,7 @@ const bool registered = [] {
     Value kept = b.Binary("multiply", g, m);
     Value y = b.Binary("multiply", b.Convert(kept, ct), b.Splat(ct, a.at(2).d, out.shape));
     return std::vector<Value>{b.Convert(y, out.dtype)};
-  });
+  }).DynamicElementwise();
   return true;
 }();
 

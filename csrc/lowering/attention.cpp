@@ -21,8 +21,8 @@
 // broadcastable to [B, Hq, L, S]; is_causal masks col > row (top-left
 // aligned, like the math backend). A fully masked row gives zeros (PyTorch's
 // _safe_softmax) and logsumexp -inf. Dropout keeps each probability with
-// chance 1 - p from rng_bit_generator keyed by the generator's (seed,
-// offset), which the forward returns as philox_seed / philox_offset and the
+// chance 1 - p from the generator's (seed, offset) (RandomBits: drawn for
+// the real elements alike at a bucket's sizes), which the forward returns as philox_seed / philox_offset and the
 // backward uses to draw the same mask again.
 #include <cmath>
 #include <limits>
@@ -68,12 +68,15 @@ Value StateFrom(Builder& b, Value seed, Value offset) {
   return b.Concatenate({s, o}, 0);
 }
 
-// Keep mask (true with probability 1 - p) of `shape`, from ui64[2] state.
-Value KeepMask(Builder& b, Value state, const std::vector<int64_t>& shape, double p) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  Value u = Uniform01(b, state, {n});
-  return b.Reshape(b.Compare("GE", u, b.Splat(E::F32, p, {n})), shape);
+// Keep mask (true with probability 1 - p) of the probabilities' shape
+// [B, Hk, G, L, S], from ui64[2] state: drawn at the real sizes of q's
+// batch and rows and k's keys (the heads are static).
+Value KeepMask(Builder& b, Value state, const std::vector<int64_t>& shape, const Value& q, const Value& k,
+               double p) {
+  std::vector<Value> qs = RealSizes(b, q), ks = RealSizes(b, k);
+  std::vector<Value> real{qs[0], Value{}, Value{}, qs[2], ks[2]};
+  Value u = Uniform01(b, state, shape, /*wide=*/false, real);
+  return b.Compare("GE", u, b.Splat(E::F32, p, shape));
 }
 
 struct Forward {
@@ -155,7 +158,7 @@ std::vector<Value> AttentionForward(Context& c, const std::vector<Arg>& a) {
     lse = b.Splat(E::F32, -std::numeric_limits<double>::infinity(), {s.B, s.Hq, s.L});
   } else {
     Forward f = Probabilities(c, s, q, k, v, a[3], causal, scale);
-    if (dropout > 0) f.keep = KeepMask(b, state, f.p.shape(), dropout);
+    if (dropout > 0) f.keep = KeepMask(b, state, f.p.shape(), q, k, dropout);
     Value pd = Dropped(b, f.p, f.keep, dropout);
     Value o = b.DotGeneral(pd, f.v, {0, 1}, {0, 1}, {4}, {2}, ct, c.fp32_highest);
     out = b.Convert(b.Reshape(o, {s.B, s.Hq, s.L, s.Ev}), out_t.dtype);
@@ -215,7 +218,8 @@ std::vector<Value> AttentionBackward(Context& c, const std::vector<Arg>& a) {
     result = {zeros(0), zeros(1), zeros(2)};
   } else {
     Forward f = Probabilities(c, s, q, k, v, a[4], causal, scale);
-    if (dropout > 0) f.keep = KeepMask(b, StateFrom(b, a[7].tensor, a[8].tensor), f.p.shape(), dropout);
+    if (dropout > 0)
+      f.keep = KeepMask(b, StateFrom(b, a[7].tensor, a[8].tensor), f.p.shape(), q, k, dropout);
     Value pd = Dropped(b, f.p, f.keep, dropout);
     Value g5 = b.Reshape(b.Convert(go, ct), {s.B, s.Hk, s.G, s.L, s.Ev});
     Value dv = b.DotGeneral(pd, g5, {0, 1}, {0, 1}, {2, 3}, {2, 3}, ct, c.fp32_highest);
@@ -269,11 +273,9 @@ void AttentionStaticDims(const std::vector<Arg>& a, StaticDims& s) { HeadDimsSta
 // dropout_p, ...): the logsumexp's heads stay static; its rows follow L
 // (SDPA's backward passes it cut to the L real rows, a window of its
 // rounded storage; the rule does not read it: it computes the
-// probabilities again). A dropout mask is drawn at the shape of the call:
-// at the bucket's it would not be the forward's.
+// probabilities again, and its dropout mask, drawn at the real sizes as
+// the forward drew it).
 void AttentionBackwardStaticDims(const std::vector<Arg>& a, StaticDims& s) {
-  if (a.size() > 9 && a[9].kind == K::Double && a[9].d > 0)
-    return s.Exact("attention backward with dropout (its mask follows the exact shape)");
   HeadDimsStatic({0, 1, 2, 3, 4, 5}, 4, s);
   if (s.Rank(6) == 3) s.Dim(6, 1);
 }
@@ -281,13 +283,13 @@ void AttentionBackwardStaticDims(const std::vector<Arg>& a, StaticDims& s) {
 const bool registered = [] {
   // Its only randomness is dropout: at dropout_p == 0 it draws nothing, as on
   // CPU and CUDA (the generator stays where it was).
-  RegisterRandom("_scaled_dot_product_efficient_attention", AttentionForward,
-                 [](const std::vector<Arg>& a, const std::vector<TensorType>& outputs) {
-                   bool no_dropout = a.size() > 5 && a[5].kind == K::Double && a[5].d == 0.0;
-                   return no_dropout ? uint64_t{0} : DrawPerOutputElement(a, outputs);
-                 })
-      .Dynamic(AttentionStaticDims)
-      .dynamic.stepped_outputs = true;
+  RuleEntry& forward = RegisterRandom("_scaled_dot_product_efficient_attention", AttentionForward,
+                                      [](const std::vector<Arg>& a, const std::vector<TensorType>& outputs) {
+                                        bool no_dropout = a.size() > 5 && a[5].kind == K::Double && a[5].d == 0.0;
+                                        return no_dropout ? uint64_t{0} : DrawPerOutputElement(a, outputs);
+                                      }).Dynamic(AttentionStaticDims);
+  forward.dynamic.stepped_outputs = true;
+  forward.dynamic.draws_at_real_sizes = true;
   Register("_scaled_dot_product_efficient_attention_backward", AttentionBackward)
       .Dynamic(AttentionBackwardStaticDims)
       .dynamic.front_window_args = {6};  // logsumexp

@@ -129,11 +129,17 @@ void StaticDims::Last(size_t arg, size_t n) {
 
 uint64_t DrawPerOutputElement(const std::vector<Arg>&, const std::vector<TensorType>& outputs) {
   // The product of every output dim (one value per element of a one-output
-  // op), plus one: the generator offsets eager mode has always used.
+  // op), plus one: the generator offsets eager mode has always used. A
+  // 64-bit float (or complex128) output counts twice: its rules draw up to
+  // two 64-bit values per element (normal_'s Box-Muller), one counter each
+  // (RandomBits).
   uint64_t n = 1;
-  for (const auto& t : outputs)
+  bool wide = false;
+  for (const auto& t : outputs) {
     for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
-  return n + 1;
+    wide |= t.dtype == ElementType::F64 || t.dtype == ElementType::C128;
+  }
+  return (wide ? 2 * n : n) + 1;
 }
 
 RuleEntry& RegisterRandom(const std::string& name, Rule rule, Draws draws) {

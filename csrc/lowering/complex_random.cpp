@@ -58,15 +58,7 @@ std::vector<Value> ComplexNormal(Context& c, const std::vector<Arg>& a) {
   bool wide = pt == ElementType::F64;
   ElementType ft = wide ? ElementType::F64 : ElementType::F32;
   double mean = DoubleArg(a.at(1), 0), std = DoubleArg(a.at(2), 1) / std::sqrt(2.0);
-  std::vector<int64_t> shape2 = out.shape;
-  shape2.insert(shape2.begin(), 2);
-  Value u = Uniform01(b, GeneratorArg(a).tensor, shape2, wide);
-  std::vector<int64_t> start(shape2.size(), 0), limit = shape2, strides(shape2.size(), 1);
-  limit[0] = 1;
-  Value u1 = b.Reshape(b.Slice(u, start, limit, strides), out.shape);
-  start[0] = 1;
-  limit[0] = 2;
-  Value u2 = b.Reshape(b.Slice(u, start, limit, strides), out.shape);
+  auto [u1, u2] = TwoUniform01(b, GeneratorArg(a).tensor, out.shape, wide);
   auto splat = [&](double v) { return b.Splat(ft, v, out.shape); };
   Value r = b.Unary("sqrt", b.Binary("multiply", splat(-2.0),
                                      b.Unary("log", b.Binary("subtract", splat(1.0), u1))));

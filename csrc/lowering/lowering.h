@@ -206,6 +206,11 @@ struct DynamicShapes {
   // up to 32: whole when the rows are a multiple of 32). Such a window at the
   // front of its storage has a whole read's signature: one family of sizes.
   std::vector<size_t> front_window_args;
+  // A random rule that draws its bits at its inputs' real sizes (RealSizes
+  // into RandomBits): it may run dynamic, masked, and draws for the real
+  // elements what it draws at the exact shape. Other random draws keep
+  // exact shapes.
+  bool draws_at_real_sizes = false;
 };
 
 // One entry of the table: the rule and what the dispatcher must know about
@@ -362,11 +367,28 @@ Value CheckedIndex(Context& c, Value idx, int64_t size, bool allow_negative,
 // dim checks, and wraps negatives by, its real size, not its bound).
 Value CheckedIndexInDim(Context& c, Value idx, Value x, int64_t dim, bool allow_negative, const std::string& what);
 
-// Random numbers (random.cpp). The generator state argument of a random
-// rule; uniform values in [0, 1) of `shape` from it, f32 (f64 when wide),
-// built from the mantissa bits of ThreeFry output.
+// Random numbers (random.cpp, random_bits.cpp). The generator state
+// argument of a random rule (ui64[2]: seed, offset).
 const Arg& GeneratorArg(const std::vector<Arg>& args);
-Value Uniform01(Builder& b, Value state, const std::vector<int64_t>& shape, bool wide = false);
+// Per dim of `x`: its runtime size where it is bounded dynamic (a rule's
+// input in a bounded-dynamic module), else invalid (its static size).
+std::vector<Value> RealSizes(Builder& b, const Value& x);
+// Random bits (u32 or u64) of `type` from the generator state, each
+// element's a function of the state and its row-major index among the real
+// elements: `real` gives a dim's runtime size where it is valid (RealSizes;
+// empty: all static), so a bounded-dynamic module draws the exact-shape
+// module's bits for the real elements.
+Value RandomBits(Builder& b, Value state, const TensorType& type, const std::vector<Value>& real = {});
+// Both 32-bit words of element j's counter (u32 of `shape`), as above.
+std::pair<Value, Value> RandomWords(Builder& b, Value state, const std::vector<int64_t>& shape,
+                                    const std::vector<Value>& real = {});
+// Uniform values in [0, 1) of `shape`, f32 (f64 when wide), from the
+// mantissa bits of RandomBits.
+Value Uniform01(Builder& b, Value state, const std::vector<int64_t>& shape, bool wide = false,
+                const std::vector<Value>& real = {});
+// Two independent uniforms per element (Box-Muller's): f32 from the two
+// words of one counter; f64 from counters j and n + j (two per element).
+std::pair<Value, Value> TwoUniform01(Builder& b, Value state, const std::vector<int64_t>& shape, bool wide);
 
 // ---------------------------------------------------------------- views
 

@@ -1,12 +1,12 @@
-// Random number rules: bits from stablehlo.rng_bit_generator (ThreeFry)
-// keyed by the generator's (seed, offset), a runtime parameter, so a seeded
+// Random number rules: counter-based bits (random_bits.cpp: ThreeFry keyed
+// by the generator's seed, counted from its offset), a runtime parameter, so a seeded
 // program reproduces run to run and a new draw never recompiles. The stream
 // differs from PyTorch's CPU stream (as CUDA's does).
 // Rules: uniform_, normal_, random_ (.from, .to, plain), bernoulli_.float,
 // and randperm.generator_out: the permutation that sorts n random 64-bit
 // keys (on device, reproducible under torch.manual_seed, not PyTorch's CPU
-// stream). Uniform01 (lowering.h) is the one place random bits become
-// uniform floats.
+// stream). FromBits, under Uniform01 and TwoUniform01 (lowering.h), is the
+// one place random bits become uniform floats.
 #include <cmath>
 #include <limits>
 #include <string>
@@ -23,9 +23,14 @@ const Arg& GeneratorArg(const std::vector<Arg>& a) {
   throw std::logic_error("random rule called without a generator state");
 }
 
-Value Uniform01(Builder& b, Value state, const std::vector<int64_t>& shape, bool wide) {
-  Value bits = b.RandomBits(state, {wide ? ElementType::U64 : ElementType::U32, shape});
-  ElementType ut = wide ? ElementType::U64 : ElementType::U32;
+namespace {
+
+// Uniform [0, 1) floats from random bits (u32 -> f32, u64 -> f64): the
+// mantissa's bits under an exponent of 1, minus 1.
+Value FromBits(Builder& b, Value bits) {
+  const bool wide = bits.dtype() == ElementType::U64;
+  const std::vector<int64_t>& shape = bits.shape();
+  ElementType ut = bits.dtype();
   ElementType ft = wide ? ElementType::F64 : ElementType::F32;
   int shift = wide ? 12 : 9;
   uint64_t one = wide ? 0x3FF0000000000000ULL : 0x3F800000ULL;
@@ -34,6 +39,29 @@ Value Uniform01(Builder& b, Value state, const std::vector<int64_t>& shape, bool
   Value f = b.BitcastConvert(
       b.Binary("or", mantissa, b.BroadcastInDim(b.ConstantBits(ut, one), shape, {})), ft);
   return b.Binary("subtract", f, b.Splat(ft, 1.0, shape));
+}
+
+}  // namespace
+
+Value Uniform01(Builder& b, Value state, const std::vector<int64_t>& shape, bool wide,
+                const std::vector<Value>& real) {
+  return FromBits(b, RandomBits(b, state, {wide ? ElementType::U64 : ElementType::U32, shape}, real));
+}
+
+std::pair<Value, Value> TwoUniform01(Builder& b, Value state, const std::vector<int64_t>& shape, bool wide) {
+  if (!wide) {
+    auto [w0, w1] = RandomWords(b, state, shape);
+    return {FromBits(b, w0), FromBits(b, w1)};
+  }
+  std::vector<int64_t> shape2 = shape;
+  shape2.insert(shape2.begin(), 2);
+  Value u = Uniform01(b, state, shape2, true);
+  std::vector<int64_t> start(shape2.size(), 0), limit = shape2, strides(shape2.size(), 1);
+  limit[0] = 1;
+  Value u1 = b.Reshape(b.Slice(u, start, limit, strides), shape);
+  start[0] = 1;
+  limit[0] = 2;
+  return {u1, b.Reshape(b.Slice(u, start, limit, strides), shape)};
 }
 
 namespace {
@@ -72,7 +100,7 @@ std::vector<Value> RandPerm(Context& c, const std::vector<Arg>& a) {
                                 " is too large for the result type " + limit.second);
   if (out.dtype == E::Bool) throw std::invalid_argument("randperm not implemented for 'Bool'");
   if (n == 0) return {b.Splat(out.dtype, 0, out.shape)};
-  Value keys = b.RandomBits(GeneratorArg(a).tensor, TensorType{E::U64, {n}});
+  Value keys = RandomBits(b, GeneratorArg(a).tensor, TensorType{E::U64, {n}});
   Value idx = b.Iota(TensorType{E::I64, {n}}, 0);
   // Stable: (astronomically unlikely) equal keys still give a permutation.
   auto r = b.Sort({keys, idx}, 0, /*stable=*/true,
@@ -100,16 +128,8 @@ const bool registered = [] {
     bool wide = out.dtype == ElementType::F64;
     ElementType ft = wide ? ElementType::F64 : ElementType::F32;
     double mean = DoubleArg(a.at(1), 0), std = DoubleArg(a.at(2), 1);
-    // Box-Muller over two halves of one draw.
-    std::vector<int64_t> shape2 = out.shape;
-    shape2.insert(shape2.begin(), 2);
-    Value u = Uniform01(c.b, GeneratorArg(a).tensor, shape2, wide);
-    std::vector<int64_t> start(shape2.size(), 0), limit = shape2, strides(shape2.size(), 1);
-    limit[0] = 1;
-    Value u1 = c.b.Reshape(c.b.Slice(u, start, limit, strides), out.shape);
-    start[0] = 1;
-    limit[0] = 2;
-    Value u2 = c.b.Reshape(c.b.Slice(u, start, limit, strides), out.shape);
+    // Box-Muller.
+    auto [u1, u2] = TwoUniform01(c.b, GeneratorArg(a).tensor, out.shape, wide);
     Value one = c.b.Splat(ft, 1.0, out.shape);
     Value r = c.b.Unary("sqrt", c.b.Binary("multiply", c.b.Splat(ft, -2.0, out.shape),
                                             c.b.Unary("log", c.b.Binary("subtract", one, u1))));
@@ -123,7 +143,7 @@ const bool registered = [] {
   // random_.from(self, int from, int? to, *, Generator?), random_.to, random_
   auto random_range = [](Context& c, Value state, int64_t from, uint64_t range) {
     const TensorType& out = c.outputs.at(0);
-    Value bits = c.b.RandomBits(state, {ElementType::U64, out.shape});
+    Value bits = RandomBits(c.b, state, {ElementType::U64, out.shape});
     Value r = c.b.Binary("remainder", bits,
                          c.b.BroadcastInDim(c.b.ConstantBits(ElementType::U64, range), out.shape, {}));
     Value v = c.b.Binary("add", c.b.BitcastConvert(r, ElementType::I64),

@@ -5,6 +5,7 @@
 // the stream differs from CPU's, the distribution is the same.
 // multinomial (categorical draws from [C] or [B, C] weights, with or without
 // replacement) too: inverse CDF with replacement, Gumbel-top-k without.
+#include <algorithm>
 #include <cmath>
 
 #include "lowering/lowering.h"
@@ -177,7 +178,12 @@ const bool registered = [] {
   Register("normal.Tensor_float", NormalTensors);
   Register("normal.float_Tensor", NormalTensors);
   Register("normal.Tensor_Tensor", NormalTensors);
-  RegisterRandom("multinomial", Multinomial);
+  // Without replacement it draws a key per category: more than its samples.
+  RegisterRandom("multinomial", Multinomial, [](const std::vector<Arg>& a, const std::vector<TensorType>& outputs) {
+    uint64_t cats = a[0].tensor.rank() > 0 ? static_cast<uint64_t>(a[0].tensor.shape().back()) : 1;
+    uint64_t rows = a[0].tensor.rank() == 2 ? static_cast<uint64_t>(a[0].tensor.shape()[0]) : 1;
+    return std::max(DrawPerOutputElement(a, outputs), rows * cats + 1);
+  });
   return true;
 }();
 
