@@ -404,6 +404,16 @@ bool PartialDestination(const Call& call, size_t k) {
   return k < dests.size() && dests[k].tensor.defined() && !dests[k].geometry.whole;
 }
 
+// Whether the call writes a window of a padded storage (a select's backward
+// copying a gradient into row 0 of zeros padded at a bucket): at sizes no
+// dim of the call changed, the bounded path writes it into the buffer's
+// layout, where the exact path would key the storage's real size.
+bool WritesPaddedWindow(const Call& call) {
+  for (size_t k = 0; k < call.specs.size(); ++k)
+    if (PartialDestination(call, k) && call.plan.storages[call.plan.dests[k].storage]->padded()) return true;
+  return false;
+}
+
 bool Eligible(const Call& call) {
   const Plan& plan = call.plan;
   if (call.desc->variant == Variant::Out) return Refuse("out= variant");
@@ -913,6 +923,16 @@ bool PaddedStorages(const Plan& plan, DynamicLayout* lay) {
     if (Numel(l->padded) >= (int64_t{1} << 31)) return Refuse("bucket over 2^31 elements");
     if (lay->capacity[s] >= 0 && !SameLayout(lay->storage_layout[s], *l))
       return Refuse("a padded storage read two ways");
+    lay->capacity[s] = Numel(l->padded);
+    lay->storage_layout[s] = *l;
+  }
+  // A padded storage only static dims read is read in its layout as it is
+  // (the key then holds its buckets, not its real sizes), where one maps it.
+  for (size_t i = 0; i < n; ++i) {
+    const size_t s = plan.inputs[i].storage;
+    if (lay->capacity[s] >= 0 || lay->overwritten[s] || !plan.storages[s]->padded()) continue;
+    std::optional<StorageLayout> l = NeededLayout(plan, i, lay->in_dynamic[i], lay->in_bucket[i]);
+    if (!l) continue;
     lay->capacity[s] = Numel(l->padded);
     lay->storage_layout[s] = *l;
   }
@@ -1833,7 +1853,8 @@ std::optional<std::vector<c10::IValue>> RunBounded(Call& call, const c10::Operat
   t_exact_reason = !static_changed ? "first sizes of its signature"
                    : static_because ? static_because
                                     : "a new size in a dim kept static (by its rule, or mark_static)";
-  if (std::none_of(lay.in_dynamic.begin(), lay.in_dynamic.end(), AnyDynamic)) return std::nullopt;
+  if (std::none_of(lay.in_dynamic.begin(), lay.in_dynamic.end(), AnyDynamic) && !WritesPaddedWindow(call))
+    return std::nullopt;
   DrainLaunches();  // a dynamic call reads (and pads) its storages' buffers itself
   SettleRecordingFor(call);  // ... and runs alone in fused eager
   for (size_t i = 0; i < hints.size(); ++i)

@@ -7,6 +7,8 @@ at: dropout and attention's dropout run on bounded-dynamic executables at new si
 draw, for the real elements, exactly what the exact-shape executables draw. A seeded run
 gives the same numbers whichever executables served it.
 """
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -142,3 +144,47 @@ def test_attention_dropout_at_new_sizes_compiles_nothing_and_matches_exact_shape
         torch.testing.assert_close(out, out0, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(grad, grad0, rtol=1e-4, atol=1e-5)
 
+
+@pytest.mark.parametrize("arch", ["bert", "roberta"])
+def test_training_with_dropout_at_new_lengths_compiles_nothing_and_matches_exact_shapes(arch):
+    # Hugging Face's default dropout (0.1: hidden states and attention probabilities), trained
+    # at padded lengths a warm bucket holds; BERT's pooler reads token 0 (its backward writes
+    # row 0 of a padded zeros). The exact-shape run from the same weights and seeds draws the
+    # same masks: the losses agree step by step.
+    transformers = pytest.importorskip("transformers")
+    common = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
+    if arch == "bert":
+        model = transformers.BertForSequenceClassification(transformers.BertConfig(max_position_embeddings=128, **common))
+    else:
+        model = transformers.RobertaForSequenceClassification(
+            transformers.RobertaConfig(max_position_embeddings=130, **common))
+    torch.manual_seed(0)
+    models = {mode: copy.deepcopy(model).to("tpu").train() for mode in ("auto", "0")}
+    opts = {mode: torch.optim.AdamW(m.parameters(), lr=1e-3) for mode, m in models.items()}
+
+    def step(mode, n, i):
+        g = torch.Generator().manual_seed(i)
+        ids = torch.randint(2, 256, (8, n), generator=g)
+        mask = torch.ones(8, n, dtype=torch.long)
+        mask[0, -3:] = 0  # a padded row
+        labels = torch.randint(0, 2, (8,), generator=g)
+
+        def run():
+            torch.manual_seed(1000 + i)
+            loss = models[mode](input_ids=ids.to("tpu"), attention_mask=mask.to("tpu"), labels=labels.to("tpu")).loss
+            loss.backward()
+            opts[mode].step()
+            opts[mode].zero_grad()
+            return loss.item()
+
+        return in_mode(mode, run)
+
+    for i, n in enumerate((12, 14)):
+        assert step("auto", n, i) == pytest.approx(step("0", n, i), rel=1e-4)
+    for i, n in enumerate((13, 11, 15), start=2):
+        debug.reset_stats()
+        loss = step("auto", n, i)
+        s = debug.stats()
+        assert s["compiles"] == 0, (n, s["compiles_by_op"], s["exact_reasons"])
+        assert s["fallbacks"] == {}
+        assert loss == pytest.approx(step("0", n, i), rel=1e-4), n
