@@ -750,16 +750,20 @@ void UnifyHintedSizes(const Plan& plan, const CallHints& hints, DynamicLayout* l
 // The padded size a dynamic view dim takes whole when it is a product of
 // buckets: the dims of its padded storage it merges (the h*w tokens of a
 // [b, c, h, w] image read as [b, h*w, c]: their padded sizes multiplied), or
-// a storage dim of its size that kept such a product (the tokens' next
-// readers: runtime.h DeviceStorage::product_dims); -1 otherwise.
+// the storage dim it reads when that dim kept such a product (the tokens'
+// next readers: runtime.h DeviceStorage::product_dims); -1 otherwise.
 int64_t ProductBufferSize(const Plan& plan, size_t i, size_t d) {
   const TensorIn& in = plan.inputs[i];
   const runtime::DeviceStorage& s = *plan.storages[in.storage];
   if (!s.padded()) return -1;
   const int64_t merged = MergedPaddedSize(in.geometry, d, StorageLayout{s.real_shape, s.padded_shape}, true);
   if (merged >= 0) return merged;
-  for (size_t k = 0; k < s.product_dims.size() && k < s.real_shape.size(); ++k)
-    if (s.product_dims[k] && s.real_shape[k] == in.geometry.sizes[d]) return s.padded_shape[k];
+  int64_t stride = 1;  // storage dim k's stride among the real elements
+  for (size_t k = s.real_shape.size(); k-- > 0;) {
+    const bool reads_k = s.real_shape[k] == in.geometry.sizes[d] && in.geometry.strides[d] == stride;
+    if (reads_k && k < s.product_dims.size() && s.product_dims[k]) return s.padded_shape[k];
+    stride *= s.real_shape[k];
+  }
   return -1;
 }
 
@@ -767,23 +771,33 @@ int64_t ProductBufferSize(const Plan& plan, size_t i, size_t d) {
 // buckets, so that two image sizes in one bucket share their tokens' bucket
 // too (38x38 and 40x40: 1600, where Bucket(1444) = 1536 and Bucket(1600) =
 // 1664); every other dynamic dim of the call with the same size follows
-// (a broadcast partner, a contraction).
+// (a broadcast partner, a contraction), but for the other dims of a tensor
+// that has the product itself: another axis of it that happens to have the
+// size (attention's bmm on [b*h, s, d] with b*h = s = 12: s keeps its own
+// bucket, 16, not b*h's 32).
 void ProductBuckets(const Plan& plan, DynamicLayout* lay) {
   lay->in_product.clear();
   for (const auto& b : lay->in_bucket) lay->in_product.emplace_back(b.size(), false);
   if (lay->hinted) return;
   std::map<int64_t, int64_t> product;  // size -> its product bucket
+  std::set<std::pair<size_t, int64_t>> has_product;  // (input, size) of a dim that is a product
   for (size_t i = 0; i < plan.inputs.size(); ++i)
     for (size_t d = 0; d < lay->in_dynamic[i].size(); ++d) {
       if (!lay->in_dynamic[i][d]) continue;
+      const int64_t size = plan.inputs[i].geometry.sizes[d];
       const int64_t p = ProductBufferSize(plan, i, d);
-      if (p >= plan.inputs[i].geometry.sizes[d]) product[plan.inputs[i].geometry.sizes[d]] = p;
+      if (p < size) continue;
+      product[size] = p;
+      has_product.insert({i, size});
+      lay->in_product[i][d] = true;
     }
   if (product.empty()) return;
   for (size_t i = 0; i < plan.inputs.size(); ++i)
     for (size_t d = 0; d < lay->in_dynamic[i].size(); ++d) {
-      auto p = product.find(plan.inputs[i].geometry.sizes[d]);
+      const int64_t size = plan.inputs[i].geometry.sizes[d];
+      auto p = product.find(size);
       if (!lay->in_dynamic[i][d] || p == product.end()) continue;
+      if (!lay->in_product[i][d] && has_product.count({i, size})) continue;  // another axis of a product's tensor
       lay->in_bucket[i][d] = p->second;
       lay->in_product[i][d] = true;
     }

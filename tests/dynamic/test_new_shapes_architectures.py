@@ -174,7 +174,8 @@ def test_generate_new_prompt_lengths_compile_nothing(name):
         assert compiles == 0, (name, n, by_op)
 
 
-@pytest.mark.parametrize("name, new, pad", [("qwen3", ((3, 11), (6, 9)), 0), ("falcon", ((6, 10),), 2)])
+@pytest.mark.parametrize("name, new, pad", [("qwen3", ((3, 11), (6, 9)), 0), ("falcon", ((3, 10), (6, 10)), 2),
+                                            ("bloom", ((3, 10),), 2)])
 def test_new_batch_size_at_a_new_length_compiles_nothing(name, new, pad):
     # Qwen3 normalizes q and k per head: [b, s, h, d] and [b, h, s, d] reads share
     # signatures, and batch 4's must not take batch 1's dynamic sequence dim for
@@ -182,6 +183,8 @@ def test_new_batch_size_at_a_new_length_compiles_nothing(name, new, pad):
     # Falcon's mask `where` (a left-padded row) follows its input's buffer (10)
     # into a result kept at Bucket(10) = 16: padded as a masked module, not
     # refused for its signature from then on.
+    # Falcon and Bloom run attention as bmm on [b*h, s, d]: at batch 3, b*h = 12 meets
+    # a KV length of 12; s keeps its own bucket (16), not b*h's product bucket (32).
     models = pair(name)
     for b, n in ((1, 9), (1, 10), (1, 12), (4, 10), (5, 10)):
         check_generate(models, b, n, pad)
