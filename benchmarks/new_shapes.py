@@ -37,7 +37,13 @@ AutoencoderKL decode on 1 latent of 4 channels, warmed at latent sides 32 and
 40 (the 40-bucket: 37..40), then new sides 38 (inside it), 34 (the 36-bucket,
 new) and 36 (inside that one).
 
-    PYTHONPATH=python python3 benchmarks/new_shapes.py [--dynamic | --fused | --static | --training | --cnn | --diffusers]
+A sixth: a tiny BERT's sequence-classification training step with Hugging
+Face's default dropout (0.1 on hidden states and attention probabilities),
+batch 8, one row padded, warmed at lengths 12 and 14, then 13, 15, 11. Its
+random draws differ from CPU's stream, so its loss is compared with the
+exact-shape child's (the same seeds draw the same masks at any padded size).
+
+    PYTHONPATH=python python3 benchmarks/new_shapes.py [--dynamic | --fused | --static | --training | --cnn | --diffusers | --dropout]
 
 CPU eager runs with one thread (NEW_SHAPES_CPU_THREADS to change it): on a
 shared machine its multi-threaded times swing by 100x.
@@ -182,6 +188,10 @@ def main():
         return child_cnn()
     if "--child-diffusers" in sys.argv:
         return child_diffusers()
+    if "--child-bert-dropout" in sys.argv:
+        return child_bert_dropout()
+    if "--dropout" in sys.argv:  # the BERT training-with-dropout scenario alone
+        return print_training("--child-bert-dropout")
     if "--diffusers" in sys.argv:  # the Diffusers new-resolution scenario alone
         return print_training("--child-diffusers")
     if "--cnn" in sys.argv:  # the CNN ragged-batch scenario alone
@@ -205,6 +215,7 @@ def main():
     print_training()
     print_training("--child-cnn")
     print_training("--child-diffusers")
+    print_training("--child-bert-dropout")
 
 
 def print_llama(cache):
@@ -252,7 +263,7 @@ def _train_rows(cpu, dev, step, warm, new, batch, err=lambda got, want: abs(got 
             for _ in range(3):
                 step(cpu, xs)  # the CPU model takes the same steps
             rows.append({"n": n, "seconds": dt, "compiles": compiles, "cpu_seconds": cpu_s, "warm_seconds": warm_s,
-                         "loss_err": err(got, want)})
+                         "loss_err": err(got, want), "loss": got if isinstance(got, float) else None})
     return rows
 
 
@@ -279,6 +290,36 @@ def child_train():
 
     def batch(n):
         return [torch.randint(2, 256, (4, n), generator=torch.Generator().manual_seed(n))]
+
+    print(json.dumps(_train_rows(cpu, dev, step, TRAIN_WARM, TRAIN_NEW, batch)))
+
+
+def child_bert_dropout():
+    import copy
+
+    import torch
+    import transformers as tf
+    import torch_tpu  # noqa: F401
+    torch.set_num_threads(int(os.environ.get("NEW_SHAPES_CPU_THREADS", "1")))
+    torch.manual_seed(0)
+    cfg = tf.BertConfig(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=128, max_position_embeddings=128)  # dropout 0.1
+    cpu = tf.BertForSequenceClassification(cfg)
+    dev = copy.deepcopy(cpu).to("tpu")
+    opts = {m: torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (cpu, dev)}
+
+    def step(model, xs):
+        model.zero_grad()
+        loss = model(input_ids=xs[0], attention_mask=xs[1], labels=xs[2]).loss
+        loss.backward()
+        opts[model].step()
+        return loss.item()
+
+    def batch(n):
+        g = torch.Generator().manual_seed(n)
+        mask = torch.ones(8, n, dtype=torch.long)
+        mask[0, -3:] = 0
+        return [torch.randint(2, 256, (8, n), generator=g), mask, torch.randint(0, 2, (8,), generator=g)]
 
     print(json.dumps(_train_rows(cpu, dev, step, TRAIN_WARM, TRAIN_NEW, batch)))
 
@@ -370,6 +411,9 @@ def print_training(scenario="--child-train"):
     elif scenario == "--child-cnn":
         print(f"\nCNN training step (conv, batch norm, group norm, pools, upsample; SGD), 3x32x32 images, "
               f"warmed at batch sizes {CNN_WARM}")
+    elif scenario == "--child-bert-dropout":
+        print(f"\ntiny BERT training step with dropout 0.1 (AdamW), batch 8, warmed at padded lengths {TRAIN_WARM} "
+              f"(loss err: |loss - the exact-shape run's|; CPU's random stream differs)")
     else:
         print(f"\ntiny Llama training step (loss, backward, AdamW), batch 4, warmed at padded lengths {TRAIN_WARM}")
     print(f"{'mode':>5} {'size':>4} {'compiles':>8} {'first s':>8} {'cpu s':>8} {'ratio':>7} {'warm s':>8} "
@@ -377,8 +421,9 @@ def print_training(scenario="--child-train"):
     results = {mode: run_child(mode, scenario) for mode in ("0", "auto")}
     for mode, rows in results.items():
         for r, exact in zip(rows, results["0"]):
+            err = abs(r["loss"] - exact["loss"]) if scenario == "--child-bert-dropout" else r["loss_err"]
             print(f"{mode:>5} {r['n']:>4} {r['compiles']:>8} {r['seconds']:>8.3f} {r['cpu_seconds']:>8.3f} "
-                  f"{r['seconds'] / r['cpu_seconds']:>6.1f}x {r['warm_seconds']:>8.3f} {r['loss_err']:>9.1e}"
+                  f"{r['seconds'] / r['cpu_seconds']:>6.1f}x {r['warm_seconds']:>8.3f} {err:>9.1e}"
                   + (f"  warm {r['warm_seconds'] / exact['warm_seconds']:.2f}x of exact" if mode != "0" else ""))
 
 
