@@ -341,17 +341,22 @@ Value StaticFilled(Builder& b, Value x, double fill) {
   return x.type.is_dynamic() ? StaticFilled(b, x, b.Constant(x.dtype(), fill)) : x;
 }
 
-Value StaticFilled(Builder& b, Value x, Value fill) {
-  Value inside;  // i1: whether each element is a real one
+Value RealElements(Builder& b, const Value& x) {
+  Value inside;
   for (int64_t d = 0; d < static_cast<int64_t>(x.type.dynamic.size()); ++d) {
     if (!x.type.dynamic[d]) continue;
-    Value size = b.GetDimensionSize(x, d);
-    x = b.SetDimensionSize(x, b.ConstantInt(ElementType::I32, x.shape()[d]), d, true);
     Value pos = b.Iota(TensorType{ElementType::I32, x.shape()}, d);
-    Value in_d = b.Compare("LT", pos, b.BroadcastInDim(size, x.shape(), {}));
+    Value in_d = b.Compare("LT", pos, b.BroadcastInDim(b.GetDimensionSize(x, d), x.shape(), {}));
     inside = inside.valid() ? b.Binary("and", inside, in_d) : in_d;
   }
+  return inside;
+}
+
+Value StaticFilled(Builder& b, Value x, Value fill) {
+  Value inside = RealElements(b, x);
   if (!inside.valid()) return x;
+  for (int64_t d = 0; d < static_cast<int64_t>(x.type.dynamic.size()); ++d)
+    if (x.type.dynamic[d]) x = b.SetDimensionSize(x, b.ConstantInt(ElementType::I32, x.shape()[d]), d, true);
   return b.Select(inside, x, b.BroadcastInDim(fill, x.shape(), {}));
 }
 

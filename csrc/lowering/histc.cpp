@@ -5,6 +5,7 @@
 // integers, bins by int64 division), which the CPU kernel does not
 // implement. min == max takes the range from the data on device (no sync);
 // range errors are device-side assertions raised at the next sync point.
+// At a bucket's sizes the padding is counted in no bin (RealElements).
 #include <string>
 #include <vector>
 
@@ -30,15 +31,23 @@ std::vector<Value> Histc(Context& c, const std::vector<Arg>& a) {
   // the input dtype below), int64 for integers (CUDA's accumulate type).
   E bt = is_float ? ComputeType(t) : E::I64;
   int64_t n = x0.type.numel();
-  Value x = b.Reshape(x0, {n});
+  // Bounded dynamic: the padding counts in no bin and bounds no range.
+  Value real = RealElements(b, x0);
+  if (real.valid()) real = b.Reshape(real, {n});
+  Value x = b.Reshape(StaticFilled(b, x0, 0.0), {n});
+  auto only_real = [&](Value v, Value identity) {
+    return real.valid() ? b.Select(real, v, b.BroadcastInDim(identity, v.shape(), {})) : v;
+  };
   Value lo = As(b, a.at(2), bt, {});
   Value hi = As(b, a.at(3), bt, {});
   if (n > 0) {  // min == max: the data's range
     Value xb = b.Convert(x, bt);
-    Value dmin = b.ReduceN({xb}, {b.MaxValue(bt)}, {0}, [](Builder& rb, const std::vector<Value>& v) {
+    Value dmin = b.ReduceN({only_real(xb, b.MaxValue(bt))}, {b.MaxValue(bt)}, {0},
+                           [](Builder& rb, const std::vector<Value>& v) {
       return std::vector<Value>{MaxMin(rb, v[0], v[1], false)};
     })[0];
-    Value dmax = b.ReduceN({xb}, {b.MinValue(bt)}, {0}, [](Builder& rb, const std::vector<Value>& v) {
+    Value dmax = b.ReduceN({only_real(xb, b.MinValue(bt))}, {b.MinValue(bt)}, {0},
+                           [](Builder& rb, const std::vector<Value>& v) {
       return std::vector<Value>{MaxMin(rb, v[0], v[1], true)};
     })[0];
     Value from_data = b.Compare("EQ", lo, hi);
@@ -85,12 +94,18 @@ std::vector<Value> Histc(Context& c, const std::vector<Arg>& a) {
   // The last bin is closed: x == max lands in bin bins - 1.
   pos = b.Clamp(b.ConstantInt(E::I64, 0), pos, b.ConstantInt(E::I64, bins - 1));
   E acc = is_float ? ComputeType(t) : E::I64;
+  if (real.valid()) inside = b.Binary("and", inside, real);
   Value ones = b.Convert(inside, acc);
   Value hist = b.Scatter(b.Splat(acc, 0, {bins}), b.Reshape(pos, {n, 1}), ones, {0}, "add");
   return {b.Reshape(b.Convert(hist, out.dtype), out.shape)};
 }
 
-const Registrar rule("histc", Histc);
+// Bounded dynamic in every dim of its input (Mixtral's expert counts over a
+// new number of tokens); the bins are its output, static.
+const bool registered = [] {
+  Register("histc", Histc).Dynamic();
+  return true;
+}();
 
 }  // namespace
 }  // namespace torch_tpu::lowering

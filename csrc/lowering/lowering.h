@@ -354,6 +354,9 @@ Value ElementCount(Builder& b, const Value& x, const std::vector<int64_t>& dims,
 // Static x: x itself.
 Value StaticFilled(Builder& b, Value x, double fill);
 Value StaticFilled(Builder& b, Value x, Value fill);  // fill: rank 0, x's dtype (max pooling's -inf)
+// Per element of x (i1, x's shape): whether it is a real one, its index
+// under each bounded-dynamic dim's runtime size; invalid when x is static.
+Value RealElements(Builder& b, const Value& x);
 // Row-major strides (in elements) of a dense tensor of these sizes.
 std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes);
 

@@ -130,8 +130,19 @@ std::vector<TensorType> GroupedMmOutputTypes(const std::vector<Arg>& a) {
   return {TensorType{x.dtype, sizes}};
 }
 
+// Bounded dynamic in its token dims (Mixtral's routed rows at a new prompt
+// length): the group ends in offs stay static in number; rows past the last
+// end belong to no group, so the padding adds nothing. 2d x 3d: its rows are
+// independent.
 const bool registered = [] {
-  Register("_grouped_mm", GroupedMm).output_types = GroupedMmOutputTypes;
+  RuleEntry& e = Register("_grouped_mm", GroupedMm).Dynamic([](const std::vector<Arg>&, StaticDims& s) {
+    if (s.Rank(2) == 1) s.Dim(2, 0);
+    s.Because("the number of groups");
+  });
+  e.output_types = GroupedMmOutputTypes;
+  e.dynamic.independent_dims = [](const std::vector<Arg>&, StaticDims& s) {
+    if (s.Rank(0) == 2 && s.Rank(1) == 3) s.Dim(0, 0);
+  };
   return true;
 }();
 

@@ -222,14 +222,16 @@ int64_t SortedDim(const std::vector<Arg>& a, size_t dim_arg, int64_t rank) {
   return WrapDim(d, rank);
 }
 
-// Bounded dynamic shapes for a sort along one dim: that dim stays static
-// (padding would sort in among the elements); every other dim is rows,
+// Bounded dynamic shapes for a sort along one dim: every other dim is rows,
 // independent (a new token count of Mixtral's router, topk over the experts
-// of each token, compiles nothing).
-RuleEntry& DynamicRows(RuleEntry& e, size_t dim_arg) {
-  e.Dynamic([dim_arg](const std::vector<Arg>& a, StaticDims& s) {
+// of each token, compiles nothing). `sorted_dim_dynamic`: the dim it sorts
+// along may be dynamic too (sort: XLA's dynamic padder sorts the padding
+// after the real elements, through an in-bounds key ahead of the values);
+// else it stays static (topk's first k would be cut from a padded dim).
+RuleEntry& DynamicRows(RuleEntry& e, size_t dim_arg, bool sorted_dim_dynamic = false) {
+  e.Dynamic([dim_arg, sorted_dim_dynamic](const std::vector<Arg>& a, StaticDims& s) {
     const int64_t rank = static_cast<int64_t>(s.Rank(0));
-    if (rank == 0) return;
+    if (rank == 0 || sorted_dim_dynamic) return;
     s.Dim(0, static_cast<size_t>(SortedDim(a, dim_arg, rank)));
     s.Because("the dim it sorts along");
   });
@@ -242,7 +244,7 @@ RuleEntry& DynamicRows(RuleEntry& e, size_t dim_arg) {
 }
 
 const bool registered = [] {
-  DynamicRows(Register("sort.stable", Sort), 2);  // (self, stable, dim, descending)
+  DynamicRows(Register("sort.stable", Sort), 2, true);  // (self, stable, dim, descending)
   DynamicRows(Register("topk", TopK), 2);         // (self, k, dim, largest, sorted)
   Register("kthvalue", KthValue);
   Register("median.dim", MedianDim);

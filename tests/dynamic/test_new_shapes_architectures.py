@@ -85,11 +85,24 @@ def test_router_ops_on_new_token_counts_stop_compiling(fn):
     assert compiles[2:] == [0, 0], compiles
 
 
-def test_sort_along_a_new_size_stays_exact():
-    # Along the dim it sorts, padding would sort in: exact shapes, equal to the CPU.
-    compiles = run_sizes(lambda x: torch.sort(x, dim=0, stable=True)[1], lambda n: (torch.randn(n, 8),),
-                         (9, 10, 12))
-    assert all(c > 0 for c in compiles), compiles
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float32])
+def test_sort_along_a_new_size_stops_compiling(dtype, descending):
+    # Along the dim it sorts, XLA's padder sorts the padding after the real elements
+    # (Mixtral sorts its tokens' expert ids): values and indices equal the CPU's, ties
+    # (few distinct ints) in their stable order, NaN first descending and last ascending.
+    def make(n):
+        x = torch.randint(0, 4, (n, 3)) if dtype == torch.int64 else torch.randn(n, 3)
+        if dtype == torch.float32:
+            x[1, 0], x[4, 2] = float("nan"), float("-inf")
+        return (x,)
+
+    def both(x):
+        v, i = torch.sort(x, dim=0, stable=True, descending=descending)
+        return torch.cat([v.double(), i.double()])
+
+    compiles = run_sizes(both, make, (9, 10, 12, 11, 16))
+    assert compiles[2:] == [0, 0, 0], compiles
 
 
 def test_gather_at_new_index_lengths_stops_compiling_and_checks_its_bound():
@@ -129,6 +142,43 @@ def test_cat_with_an_empty_view_stops_compiling():
     assert compiles[2:] == [0, 0], compiles
 
 
+def test_histc_at_new_sizes_stops_compiling():
+    # Mixtral counts its routed tokens per expert: the padding is counted in no bin and,
+    # with min == max, bounds no range (all real values here are above the padding's 0).
+    def make(n):
+        g = torch.Generator().manual_seed(n)
+        return (torch.rand(n, 2, generator=g) * 3 + 2,)
+
+    for lo, hi in ((2.0, 5.0), (0.0, 0.0)):
+        compiles = run_sizes(lambda x: torch.histc(x, bins=7, min=lo, max=hi), make, (9, 10, 12, 15, 11))
+        assert compiles[2:] == [0, 0, 0], (lo, hi, compiles)
+
+
+def grouped_rows(a, w, offs):
+    """_grouped_mm's 2d x 3d product by hand: rows of group g times w[g] (PyTorch's CPU
+    kernel wants 16-byte aligned strides)."""
+    out, start = torch.zeros(a.shape[0], w.shape[2]), 0
+    for g, end in enumerate(offs.tolist()):
+        out[start:end] = a[start:end] @ w[g]
+        start = end
+    return out
+
+
+def test_grouped_mm_at_new_token_counts_stops_compiling():
+    # Mixtral's experts on their routed rows: [tokens, 16] x [4, 16, 8] with group ends
+    # that move with the token count (the number of groups stays 4).
+    w = torch.randn(4, 16, 8, generator=torch.Generator().manual_seed(0))
+    compiles = []
+    for n in (9, 10, 12, 15, 11):
+        a = torch.randn(n, 16, generator=torch.Generator().manual_seed(n))
+        offs = torch.tensor([n // 4, n // 2, n // 2 + 1, n], dtype=torch.int32)
+        debug.reset_stats()
+        got = torch._grouped_mm(a.to("tpu"), w.to("tpu"), offs.to("tpu")).cpu()
+        compiles.append(debug.stats()["compiles"])
+        torch.testing.assert_close(got, grouped_rows(a, w, offs), rtol=1e-5, atol=1e-5)
+    assert compiles[2:] == [0, 0, 0], compiles
+
+
 def model_and_config(name):
     transformers = pytest.importorskip("transformers")
     common = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
@@ -137,6 +187,10 @@ def model_and_config(name):
     if name == "phi3":
         return transformers.Phi3ForCausalLM, transformers.Phi3Config(intermediate_size=128, num_key_value_heads=2,
                                                                      pad_token_id=0, **common)
+    if name == "mixtral":  # experts: topk, sort, histc, _grouped_mm over the routed tokens
+        return transformers.MixtralForCausalLM, transformers.MixtralConfig(
+            intermediate_size=128, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
+            max_position_embeddings=128, **common)
     if name == "bloom":
         return transformers.BloomForCausalLM, transformers.BloomConfig(vocab_size=256, hidden_size=64, n_layer=2,
                                                                        n_head=4)
@@ -164,7 +218,7 @@ def pair(name):
     return cpu_and_tpu_models(*model_and_config(name))
 
 
-@pytest.mark.parametrize("name", ["falcon", "bloom", "phi3"])
+@pytest.mark.parametrize("name", ["falcon", "bloom", "phi3", "mixtral"])
 def test_generate_new_prompt_lengths_compile_nothing(name):
     models = pair(name)
     for n in (9, 10, 14):  # the cache reaches 19: buckets 16 and 20
