@@ -571,8 +571,10 @@ std::vector<bool> ParameterInputs(const Plan& plan, const std::vector<c10::IValu
     const ArgPlan& ap = plan.args[a];
     if (!args[a].isTensor() || ap.kind != Arg::Kind::Tensor || ap.tensors.empty() || ap.param >= 0) continue;
     const at::Tensor& t = args[a].toTensor();
-    if (!t.requires_grad()) continue;
-    if (t.is_leaf() || (t.is_view() && t._base().is_leaf())) fixed[ap.tensors[0]] = true;
+    // A view made without grad (a backward's transpose of a saved activation)
+    // is a leaf of its own: its base decides.
+    const at::TensorBase& root = t.is_view() ? t._base() : static_cast<const at::TensorBase&>(t);
+    if (root.requires_grad() && root.is_leaf()) fixed[ap.tensors[0]] = true;
   }
   return fixed;
 }

@@ -204,7 +204,7 @@ TEST(DynamicShapes, AttentionKeepsHeadsStaticAlsoInTraining) {
   EXPECT_EQ(StaticOf("_scaled_dot_product_efficient_attention", args), std::make_pair(heads, (const char*)nullptr));
 }
 
-TEST(DynamicShapes, AttentionBackwardKeepsHeadsStaticAndDropoutExact) {
+TEST(DynamicShapes, AttentionBackwardKeepsHeadsStaticAlsoWithDropout) {
   // (grad_out, q, k, v, bias, out, logsumexp [b, h, L], seed, offset, dropout_p, ...)
   Arg dropout = Literal(Arg::Kind::Double);
   std::vector<Arg> args = {TensorOf({1, 4, 9, 16}), TensorOf({1, 4, 9, 16}), TensorOf({1, 4, 9, 16}),
@@ -216,8 +216,18 @@ TEST(DynamicShapes, AttentionBackwardKeepsHeadsStaticAndDropoutExact) {
   std::set<std::pair<size_t, size_t>> want = {{0, 1}, {0, 3}, {1, 1}, {1, 3}, {2, 1}, {2, 3}, {3, 1},
                                               {3, 3}, {4, 1}, {5, 1}, {5, 3}, {6, 1}};
   EXPECT_EQ(dims, want);
-  args[9].d = 0.1;
-  EXPECT_NE(StaticOf("_scaled_dot_product_efficient_attention_backward", args).second, nullptr);
+  args[9].d = 0.1;  // its mask is drawn at the real sizes (RandomBits), as the forward drew it
+  auto [with_dropout, exact_with_dropout] = StaticOf("_scaled_dot_product_efficient_attention_backward", args);
+  EXPECT_EQ(exact_with_dropout, nullptr);
+  EXPECT_EQ(with_dropout, want);
+}
+
+TEST(DynamicShapes, DropoutDrawsAtTheRealSizes) {
+  const RuleEntry* dropout = Find("native_dropout");
+  ASSERT_NE(dropout, nullptr);
+  EXPECT_TRUE(dropout->dynamic.enabled);
+  EXPECT_TRUE(dropout->dynamic.draws_at_real_sizes);
+  EXPECT_FALSE(Find("uniform_")->dynamic.draws_at_real_sizes);  // other draws keep exact shapes
 }
 
 TEST(DynamicShapes, ConstantPadKeepsCroppedDimsStatic) {

@@ -179,6 +179,27 @@ def test_grouped_mm_at_new_token_counts_stops_compiling():
     assert compiles[2:] == [0, 0, 0], compiles
 
 
+def test_grouped_mm_backward_at_new_token_counts_stops_compiling():
+    # Training Mixtral's experts: the gradients of x and of the experts' weights contract
+    # over the routed rows (2d x 2d grouped by rows: [16, n] x [n, 8] -> [4, 16, 8]).
+    w = torch.randn(4, 16, 8, generator=torch.Generator().manual_seed(0))
+    compiles = []
+    for n in (9, 10, 12, 15, 11):
+        a = torch.randn(n, 16, generator=torch.Generator().manual_seed(n))
+        offs = torch.tensor([n // 4, n // 2, n // 2 + 1, n], dtype=torch.int32)
+        ca, cw = a.clone().requires_grad_(), w.clone().requires_grad_()
+        grouped_rows(ca, cw, offs).square().sum().backward()
+        wd, proj = w.to("tpu").requires_grad_(), torch.eye(16, device="tpu", requires_grad=True)
+        debug.reset_stats()
+        x = a.to("tpu") @ proj  # x = a, not a parameter (parameters never turn dynamic)
+        x.retain_grad()
+        torch._grouped_mm(x, wd, offs.to("tpu")).square().sum().backward()
+        torch.testing.assert_close(x.grad.cpu(), ca.grad, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(wd.grad.cpu(), cw.grad, rtol=1e-4, atol=1e-4)
+        compiles.append((debug.stats()["compiles"], debug.stats()["exact_reasons"]))
+    assert [c for c, _ in compiles[2:]] == [0, 0, 0], compiles
+
+
 def model_and_config(name):
     transformers = pytest.importorskip("transformers")
     common = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
