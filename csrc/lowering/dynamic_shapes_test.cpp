@@ -227,7 +227,9 @@ TEST(DynamicShapes, DropoutDrawsAtTheRealSizes) {
   ASSERT_NE(dropout, nullptr);
   EXPECT_TRUE(dropout->dynamic.enabled);
   EXPECT_TRUE(dropout->dynamic.draws_at_real_sizes);
-  EXPECT_FALSE(Find("uniform_")->dynamic.draws_at_real_sizes);  // other draws keep exact shapes
+  EXPECT_TRUE(Find("uniform_")->dynamic.draws_at_real_sizes);  // rand's fill
+  EXPECT_TRUE(Find("uniform_")->overwrites_destination);
+  EXPECT_FALSE(Find("multinomial")->dynamic.draws_at_real_sizes);  // other draws keep exact shapes
 }
 
 TEST(DynamicShapes, ConstantPadKeepsCroppedDimsStatic) {

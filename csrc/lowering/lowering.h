@@ -279,6 +279,12 @@ RuleEntry& Register(const std::string& name, Rule rule, std::vector<std::string>
                     Scope scope = Scope::Everywhere);
 // Registers a rule that draws random numbers (see RuleEntry::draws).
 RuleEntry& RegisterRandom(const std::string& name, Rule rule, Draws draws = DrawPerOutputElement);
+// Marks an in-place random fill of its destination (`self`, arg 0) whose
+// rule draws at self's real sizes (RealSizes into the random.cpp draws): it
+// runs bounded-dynamic, reading self for its type only, so a new size of
+// rand / randn / randint / bernoulli compiles nothing and draws the exact
+// shape's values. Complex fills keep exact shapes (random.cpp).
+RuleEntry& DrawsAtRealSizes(RuleEntry& e);
 // Registers a rule whose float args are runtime parameters (see
 // RuleEntry::runtime_floats).
 // `args`: the names of the float args that are runtime (empty: all).
@@ -391,7 +397,8 @@ Value Uniform01(Builder& b, Value state, const std::vector<int64_t>& shape, bool
                 const std::vector<Value>& real = {});
 // Two independent uniforms per element (Box-Muller's): f32 from the two
 // words of one counter; f64 from counters j and n + j (two per element).
-std::pair<Value, Value> TwoUniform01(Builder& b, Value state, const std::vector<int64_t>& shape, bool wide);
+std::pair<Value, Value> TwoUniform01(Builder& b, Value state, const std::vector<int64_t>& shape, bool wide,
+                                     const std::vector<Value>& real = {});
 
 // ---------------------------------------------------------------- views
 

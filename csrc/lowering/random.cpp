@@ -17,6 +17,16 @@ namespace torch_tpu::lowering {
 
 using K = Arg::Kind;
 
+RuleEntry& DrawsAtRealSizes(RuleEntry& e) {
+  e.Dynamic([](const std::vector<Arg>& a, StaticDims& s) {
+    if (!a.empty() && a[0].kind == K::Tensor && hlo::IsComplex(a[0].tensor.dtype()))
+      s.Exact("a complex random fill");
+  });
+  e.overwrites_destination = true;
+  e.dynamic.draws_at_real_sizes = true;
+  return e;
+}
+
 const Arg& GeneratorArg(const std::vector<Arg>& a) {
   for (const Arg& x : a)
     if (x.kind == K::Generator) return x;
@@ -48,14 +58,17 @@ Value Uniform01(Builder& b, Value state, const std::vector<int64_t>& shape, bool
   return FromBits(b, RandomBits(b, state, {wide ? ElementType::U64 : ElementType::U32, shape}, real));
 }
 
-std::pair<Value, Value> TwoUniform01(Builder& b, Value state, const std::vector<int64_t>& shape, bool wide) {
+std::pair<Value, Value> TwoUniform01(Builder& b, Value state, const std::vector<int64_t>& shape, bool wide,
+                                     const std::vector<Value>& real) {
   if (!wide) {
-    auto [w0, w1] = RandomWords(b, state, shape);
+    auto [w0, w1] = RandomWords(b, state, shape, real);
     return {FromBits(b, w0), FromBits(b, w1)};
   }
   std::vector<int64_t> shape2 = shape;
   shape2.insert(shape2.begin(), 2);
-  Value u = Uniform01(b, state, shape2, true);
+  std::vector<Value> real2 = real;
+  if (!real2.empty()) real2.insert(real2.begin(), Value{});
+  Value u = Uniform01(b, state, shape2, true, real2);
   std::vector<int64_t> start(shape2.size(), 0), limit = shape2, strides(shape2.size(), 1);
   limit[0] = 1;
   Value u1 = b.Reshape(b.Slice(u, start, limit, strides), shape);
@@ -110,26 +123,26 @@ std::vector<Value> RandPerm(Context& c, const std::vector<Arg>& a) {
 
 const bool registered = [] {
   // uniform_(self, float from=0, float to=1, *, Generator? generator)
-  Register("uniform_", [](Context& c, const std::vector<Arg>& a) {
+  DrawsAtRealSizes(Register("uniform_", [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = c.outputs.at(0);
     if (!hlo::IsFloat(out.dtype)) throw Unsupported("uniform_ on a non-float tensor");
     bool wide = out.dtype == ElementType::F64;
     ElementType ft = wide ? ElementType::F64 : ElementType::F32;
     double from = DoubleArg(a.at(1), 0), to = DoubleArg(a.at(2), 1);
-    Value u = Uniform01(c.b, GeneratorArg(a).tensor, out.shape, wide);
+    Value u = Uniform01(c.b, GeneratorArg(a).tensor, out.shape, wide, RealSizes(c.b, a.at(0).tensor));
     Value v = c.b.Binary("add", c.b.Binary("multiply", u, c.b.Splat(ft, to - from, out.shape)),
                          c.b.Splat(ft, from, out.shape));
     return std::vector<Value>{c.b.Convert(v, out.dtype)};
-  });
+  }));
   // normal_(self, float mean=0, float std=1, *, Generator? generator)
-  Register("normal_", [](Context& c, const std::vector<Arg>& a) {
+  DrawsAtRealSizes(Register("normal_", [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = c.outputs.at(0);
     if (!hlo::IsFloat(out.dtype)) throw Unsupported("normal_ on a non-float tensor");
     bool wide = out.dtype == ElementType::F64;
     ElementType ft = wide ? ElementType::F64 : ElementType::F32;
     double mean = DoubleArg(a.at(1), 0), std = DoubleArg(a.at(2), 1);
     // Box-Muller.
-    auto [u1, u2] = TwoUniform01(c.b, GeneratorArg(a).tensor, out.shape, wide);
+    auto [u1, u2] = TwoUniform01(c.b, GeneratorArg(a).tensor, out.shape, wide, RealSizes(c.b, a.at(0).tensor));
     Value one = c.b.Splat(ft, 1.0, out.shape);
     Value r = c.b.Unary("sqrt", c.b.Binary("multiply", c.b.Splat(ft, -2.0, out.shape),
                                             c.b.Unary("log", c.b.Binary("subtract", one, u1))));
@@ -139,11 +152,11 @@ const bool registered = [] {
     Value v = c.b.Binary("add", c.b.Binary("multiply", z, c.b.Splat(ft, std, out.shape)),
                          c.b.Splat(ft, mean, out.shape));
     return std::vector<Value>{c.b.Convert(v, out.dtype)};
-  });
+  }));
   // random_.from(self, int from, int? to, *, Generator?), random_.to, random_
-  auto random_range = [](Context& c, Value state, int64_t from, uint64_t range) {
+  auto random_range = [](Context& c, const std::vector<Arg>& a, int64_t from, uint64_t range) {
     const TensorType& out = c.outputs.at(0);
-    Value bits = RandomBits(c.b, state, {ElementType::U64, out.shape});
+    Value bits = RandomBits(c.b, GeneratorArg(a).tensor, {ElementType::U64, out.shape}, RealSizes(c.b, a.at(0).tensor));
     Value r = c.b.Binary("remainder", bits,
                          c.b.BroadcastInDim(c.b.ConstantBits(ElementType::U64, range), out.shape, {}));
     Value v = c.b.Binary("add", c.b.BitcastConvert(r, ElementType::I64),
@@ -164,28 +177,28 @@ const bool registered = [] {
       default: return 1ULL << 63;
     }
   };
-  Register("random_.from", [=](Context& c, const std::vector<Arg>& a) {
+  DrawsAtRealSizes(Register("random_.from", [=](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = c.outputs.at(0);
     int64_t from = a.at(1).i;
     uint64_t range = a.at(2).kind == K::Int ? static_cast<uint64_t>(a.at(2).i - from)
                                             : default_to(out.dtype) - static_cast<uint64_t>(from);
     if (range == 0) throw std::invalid_argument("random_ expects 'from' < 'to'");
-    return random_range(c, GeneratorArg(a).tensor, from, range);
-  });
-  Register("random_.to", [=](Context& c, const std::vector<Arg>& a) {
+    return random_range(c, a, from, range);
+  }));
+  DrawsAtRealSizes(Register("random_.to", [=](Context& c, const std::vector<Arg>& a) {
     if (a.at(1).i <= 0) throw std::invalid_argument("random_ expects 'from' < 'to'");
-    return random_range(c, GeneratorArg(a).tensor, 0, static_cast<uint64_t>(a.at(1).i));
-  });
-  Register("random_", [=](Context& c, const std::vector<Arg>& a) {
-    return random_range(c, GeneratorArg(a).tensor, 0, default_to(c.outputs.at(0).dtype));
-  });
+    return random_range(c, a, 0, static_cast<uint64_t>(a.at(1).i));
+  }));
+  DrawsAtRealSizes(Register("random_", [=](Context& c, const std::vector<Arg>& a) {
+    return random_range(c, a, 0, default_to(c.outputs.at(0).dtype));
+  }));
   // bernoulli_.float(self, float p=0.5, *, Generator?)
-  Register("bernoulli_.float", [](Context& c, const std::vector<Arg>& a) {
+  DrawsAtRealSizes(Register("bernoulli_.float", [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = c.outputs.at(0);
-    Value u = Uniform01(c.b, GeneratorArg(a).tensor, out.shape, false);
+    Value u = Uniform01(c.b, GeneratorArg(a).tensor, out.shape, false, RealSizes(c.b, a.at(0).tensor));
     Value hit = c.b.Compare("LT", u, c.b.Splat(ElementType::F32, DoubleArg(a.at(1), 0.5), out.shape));
     return std::vector<Value>{c.b.Convert(hit, out.dtype)};
-  });
+  }));
   RegisterRandom("randperm.generator_out", RandPerm);
   return true;
 }();

@@ -27,7 +27,7 @@ void RequireFloat(const TensorType& out, const std::string& op) {
 // 1 - u: in (0, 1], so its log is finite.
 Value OneMinusU(Context& c, const std::vector<Arg>& a) {
   const TensorType& out = Out(c);
-  Value u = Uniform01(c.b, GeneratorArg(a).tensor, out.shape, Wide(out));
+  Value u = Uniform01(c.b, GeneratorArg(a).tensor, out.shape, Wide(out), RealSizes(c.b, a.at(0).tensor));
   return c.b.Binary("subtract", Like(c.b, u, 1), u);
 }
 
@@ -84,7 +84,7 @@ std::vector<Value> LogNormal(Context& c, const std::vector<Arg>& a) {
 std::vector<Value> BernoulliTensor(Context& c, const std::vector<Arg>& a) {
   const TensorType& out = Out(c);
   Builder& b = c.b;
-  Value u = Uniform01(b, GeneratorArg(a).tensor, out.shape, Wide(out));
+  Value u = Uniform01(b, GeneratorArg(a).tensor, out.shape, Wide(out), RealSizes(b, a.at(0).tensor));
   Value p = As(b, a.at(1), u.dtype(), out.shape);
   return One(b.Convert(b.Compare("LT", u, p), out.dtype));
 }
@@ -170,11 +170,11 @@ std::vector<Value> Multinomial(Context& c, const std::vector<Arg>& a) {
 }
 
 const bool registered = [] {
-  Register("exponential_", Exponential);
-  Register("cauchy_", Cauchy);
-  Register("geometric_", Geometric);
+  DrawsAtRealSizes(Register("exponential_", Exponential));
+  DrawsAtRealSizes(Register("cauchy_", Cauchy));
+  DrawsAtRealSizes(Register("geometric_", Geometric));
   Register("log_normal_", LogNormal);
-  Register("bernoulli_.Tensor", BernoulliTensor);
+  DrawsAtRealSizes(Register("bernoulli_.Tensor", BernoulliTensor));
   Register("normal.Tensor_float", NormalTensors);
   Register("normal.float_Tensor", NormalTensors);
   Register("normal.Tensor_Tensor", NormalTensors);

@@ -96,6 +96,31 @@ def in_mode(mode, fn):
         torch_tpu.dynamic.set_mode(before)
 
 
+def factory_draws(n):
+    torch.manual_seed(n)
+    drawn = [torch.rand(n, 3, device="tpu"), torch.randn(2, n, device="tpu"),
+             torch.randn(n, dtype=torch.float64, device="tpu"), torch.randint(0, 10, (n,), device="tpu"),
+             torch.bernoulli(torch.full((n, 2), 0.3, device="tpu")), torch.empty(n, 4, device="tpu").uniform_(-2, 2),
+             torch.empty(n, 2, device="tpu").exponential_(2.0)]
+    return [t.cpu() for t in drawn]
+
+
+def test_random_fills_at_new_sizes_compile_nothing_and_draw_what_exact_shapes_draw():
+    # rand, randn (f32 and f64), randint, bernoulli, uniform_, exponential_: each a fill of
+    # its destination drawn at its real sizes.
+    for n in (9, 10):
+        factory_draws(n)
+    for n in (12, 11, 16):
+        debug.reset_stats()
+        got = factory_draws(n)
+        s = debug.stats()
+        assert s["compiles"] == 0, (n, s["compiles_by_op"], s["exact_reasons"])
+        want = in_mode("0", lambda: factory_draws(n))
+        for g, w in zip(got, want):
+            assert torch.equal(g, w), n
+        assert 0 <= got[0].min() and got[0].max() < 1 and 0 <= got[3].min() and got[3].max() < 10
+
+
 def dropout_step(n, seed):
     g = torch.Generator().manual_seed(100 + n)
     x = torch.randn(3, n, 16, generator=g).to("tpu")
