@@ -164,14 +164,18 @@ def grouped_rows(a, w, offs):
     return out
 
 
-def test_grouped_mm_at_new_token_counts_stops_compiling():
-    # Mixtral's experts on their routed rows: [tokens, 16] x [4, 16, 8] with group ends
-    # that move with the token count (the number of groups stays 4).
+def routed_rows(n):
+    """Mixtral's experts on their routed rows: [n, 16] rows for 4 experts' [16, 8] weights,
+    the group ends moving with the token count (the number of groups stays 4)."""
+    a = torch.randn(n, 16, generator=torch.Generator().manual_seed(n))
     w = torch.randn(4, 16, 8, generator=torch.Generator().manual_seed(0))
+    return a, w, torch.tensor([n // 4, n // 2, n // 2 + 1, n], dtype=torch.int32)
+
+
+def test_grouped_mm_at_new_token_counts_stops_compiling():
     compiles = []
     for n in (9, 10, 12, 15, 11):
-        a = torch.randn(n, 16, generator=torch.Generator().manual_seed(n))
-        offs = torch.tensor([n // 4, n // 2, n // 2 + 1, n], dtype=torch.int32)
+        a, w, offs = routed_rows(n)
         debug.reset_stats()
         got = torch._grouped_mm(a.to("tpu"), w.to("tpu"), offs.to("tpu")).cpu()
         compiles.append(debug.stats()["compiles"])
@@ -182,11 +186,9 @@ def test_grouped_mm_at_new_token_counts_stops_compiling():
 def test_grouped_mm_backward_at_new_token_counts_stops_compiling():
     # Training Mixtral's experts: the gradients of x and of the experts' weights contract
     # over the routed rows (2d x 2d grouped by rows: [16, n] x [n, 8] -> [4, 16, 8]).
-    w = torch.randn(4, 16, 8, generator=torch.Generator().manual_seed(0))
     compiles = []
     for n in (9, 10, 12, 15, 11):
-        a = torch.randn(n, 16, generator=torch.Generator().manual_seed(n))
-        offs = torch.tensor([n // 4, n // 2, n // 2 + 1, n], dtype=torch.int32)
+        a, w, offs = routed_rows(n)
         ca, cw = a.clone().requires_grad_(), w.clone().requires_grad_()
         grouped_rows(ca, cw, offs).square().sum().backward()
         wd, proj = w.to("tpu").requires_grad_(), torch.eye(16, device="tpu", requires_grad=True)
