@@ -229,7 +229,8 @@ TEST(DynamicShapes, DropoutDrawsAtTheRealSizes) {
   EXPECT_TRUE(dropout->dynamic.draws_at_real_sizes);
   EXPECT_TRUE(Find("uniform_")->dynamic.draws_at_real_sizes);  // rand's fill
   EXPECT_TRUE(Find("uniform_")->overwrites_destination);
-  EXPECT_FALSE(Find("multinomial")->dynamic.draws_at_real_sizes);  // other draws keep exact shapes
+  EXPECT_TRUE(Find("multinomial")->dynamic.draws_at_real_sizes);  // sampling at a new batch size
+  EXPECT_FALSE(Find("log_normal_")->dynamic.draws_at_real_sizes);  // other draws keep exact shapes
 }
 
 TEST(DynamicShapes, ConstantPadKeepsCroppedDimsStatic) {

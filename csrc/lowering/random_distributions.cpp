@@ -128,6 +128,8 @@ std::vector<Value> Multinomial(Context& c, const std::vector<Arg>& a) {
         "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
   if (out.numel() == 0 || cats == 0) return One(Zeros(b, out));
   Value state = GeneratorArg(a).tensor;
+  // A bounded-dynamic batch of rows draws at its real rows (the exact shape's draws).
+  std::vector<Value> real_rows{p0.rank() == 2 ? RealSizes(b, p0)[0] : Value{}, Value{}};
   Value p = b.Reshape(b.Convert(p0, E::F32), {rows, cats});
   Value zero = b.Splat(E::F32, 0, {rows, cats});
   // Validity: non-negative, finite, positive sum.
@@ -148,7 +150,7 @@ std::vector<Value> Multinomial(Context& c, const std::vector<Arg>& a) {
     Value cdf = CumsumLast(b, p);
     Value total = b.Slice(cdf, {0, cats - 1}, {rows, cats}, {1, 1});  // [rows, 1]
     cdf = b.Binary("divide", cdf, b.BroadcastInDim(b.Reshape(total, {rows}), {rows, cats}, {0}));
-    Value u = Uniform01(b, state, {rows, n});
+    Value u = Uniform01(b, state, {rows, n}, false, real_rows);
     Value le = b.Compare("LE", b.BroadcastInDim(cdf, rs, {0, 2}), b.BroadcastInDim(u, rs, {0, 1}));
     Value cnt = b.Reduce(b.Convert(le, E::I64), b.ConstantInt(E::I64, 0), {2}, "add");
     // Never past the last category of non-zero weight (float rounding).
@@ -156,7 +158,7 @@ std::vector<Value> Multinomial(Context& c, const std::vector<Arg>& a) {
                           b.ConstantInt(E::I64, -1), {1}, "maximum");
     r = b.Binary("minimum", cnt, b.BroadcastInDim(last, {rows, n}, {0}));
   } else {
-    Value u = Uniform01(b, state, {rows, cats});
+    Value u = Uniform01(b, state, {rows, cats}, false, real_rows);
     u = b.Binary("maximum", u, b.Splat(E::F32, 1e-30, {rows, cats}));
     Value g = b.Unary("negate", b.Unary("log", b.Unary("negate", b.Unary("log", u))));
     Value keys = b.Binary("add", b.Unary("log", p), g);
@@ -179,11 +181,18 @@ const bool registered = [] {
   Register("normal.float_Tensor", NormalTensors);
   Register("normal.Tensor_Tensor", NormalTensors);
   // Without replacement it draws a key per category: more than its samples.
-  RegisterRandom("multinomial", Multinomial, [](const std::vector<Arg>& a, const std::vector<TensorType>& outputs) {
-    uint64_t cats = a[0].tensor.rank() > 0 ? static_cast<uint64_t>(a[0].tensor.shape().back()) : 1;
-    uint64_t rows = a[0].tensor.rank() == 2 ? static_cast<uint64_t>(a[0].tensor.shape()[0]) : 1;
-    return std::max(DrawPerOutputElement(a, outputs), rows * cats + 1);
-  });
+  // Bounded dynamic in its rows (sampling generate() at a new batch size),
+  // drawn at the real rows; the categories stay static.
+  RuleEntry& multinomial =
+      RegisterRandom("multinomial", Multinomial, [](const std::vector<Arg>& a, const std::vector<TensorType>& outputs) {
+        uint64_t cats = a[0].tensor.rank() > 0 ? static_cast<uint64_t>(a[0].tensor.shape().back()) : 1;
+        uint64_t rows = a[0].tensor.rank() == 2 ? static_cast<uint64_t>(a[0].tensor.shape()[0]) : 1;
+        return std::max(DrawPerOutputElement(a, outputs), rows * cats + 1);
+      }).Dynamic([](const std::vector<Arg>&, StaticDims& s) {
+        if (s.Rank(0) > 0) s.Dim(0, s.Rank(0) - 1);
+        s.Because("the categories");
+      });
+  multinomial.dynamic.draws_at_real_sizes = true;
   return true;
 }();
 

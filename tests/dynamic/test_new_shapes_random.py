@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 import torch_tpu
 from torch_tpu import debug
+from test_new_shapes_generate import llama, prompt  # noqa: F401 (llama: a fixture)
 
 
 pytestmark = pytest.mark.usefixtures("auto_dynamic_shapes")  # conftest.py
@@ -213,3 +214,25 @@ def test_training_with_dropout_at_new_lengths_compiles_nothing_and_matches_exact
         assert s["compiles"] == 0, (n, s["compiles_by_op"], s["exact_reasons"])
         assert s["fallbacks"] == {}
         assert loss == pytest.approx(step("0", n, i), rel=1e-4), n
+
+
+def test_sampling_generate_at_new_batch_sizes_compiles_nothing_and_matches_exact_shapes(llama):
+    # generate(do_sample=True): top-k, softmax and multinomial over [b, vocab] rows; a new
+    # batch size samples, under the same seed, the exact-shape run's tokens.
+    _, dev = llama
+
+    def sample(b, n):
+        ids, mask = prompt(b, n, seed=n + b)
+        torch.manual_seed(7 * b)
+        with torch.no_grad():
+            return dev.generate(ids.to("tpu"), attention_mask=mask.to("tpu"), max_new_tokens=6, do_sample=True,
+                                top_k=20).cpu()
+
+    for b, n in ((1, 9), (1, 10), (4, 10), (5, 10)):
+        sample(b, n)
+    for b, n in ((3, 11), (6, 10)):
+        debug.reset_stats()
+        tokens = sample(b, n)
+        s = debug.stats()
+        assert s["compiles"] == 0, (b, n, s["compiles_by_op"], s["exact_reasons"])
+        assert torch.equal(tokens, in_mode("0", lambda: sample(b, n))), (b, n)
