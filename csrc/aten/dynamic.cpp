@@ -366,9 +366,16 @@ bool DrawsRandomBits(const Call& call) {
 
 // Whether the call draws random numbers at its exact shape only (a rule
 // that does not draw at its inputs' real sizes: at the bucket's sizes its
-// bits would not be the exact shape's).
+// bits would not be the exact shape's). Only a call with a generator state
+// (a Rng parameter or a Generator arg) draws.
 bool DrawsAtExactShape(const Call& call) {
-  return DrawsRandomBits(call) && !(call.desc->rule && call.desc->rule->dynamic.draws_at_real_sizes);
+  if (call.desc->rule && call.desc->rule->dynamic.draws_at_real_sizes) return false;
+  const Plan& plan = call.plan;
+  const bool rng = std::any_of(plan.params.begin(), plan.params.end(),
+                               [](const Param& q) { return q.kind == Param::Kind::Rng; }) ||
+                   std::any_of(plan.args.begin(), plan.args.end(),
+                               [](const ArgPlan& a) { return a.kind == Arg::Kind::Generator; });
+  return rng && DrawsRandomBits(call);
 }
 
 
@@ -423,10 +430,7 @@ bool Eligible(const Call& call) {
   if (!call.desc->rule || !call.desc->rule->dynamic.enabled) return Refuse("not a dynamic-shape op");
   const lowering::DynamicShapes& rule = call.desc->rule->dynamic;
   if (plan.geometry_spans.size() != plan.inputs.size()) return Refuse("inputs without a geometry");
-  for (const auto& q : plan.params)
-    if (q.kind == Param::Kind::Rng && DrawsAtExactShape(call)) return Refuse("draws random numbers");
-  for (const auto& a : plan.args)
-    if (a.kind == Arg::Kind::Generator && DrawsAtExactShape(call)) return Refuse("draws random numbers");
+  if (DrawsAtExactShape(call)) return Refuse("draws random numbers");
   for (size_t k = 0; k < call.specs.size(); ++k) {
     const OutputSpec& s = call.specs[k];
     if (!StorageOrder(s.sizes, s.strides) && !PartialDestination(call, k))

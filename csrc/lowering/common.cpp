@@ -341,12 +341,20 @@ Value StaticFilled(Builder& b, Value x, double fill) {
   return x.type.is_dynamic() ? StaticFilled(b, x, b.Constant(x.dtype(), fill)) : x;
 }
 
+std::vector<Value> RealSizes(Builder& b, const Value& x) {
+  std::vector<Value> real(x.shape().size());
+  for (size_t d = 0; d < x.type.dynamic.size() && d < real.size(); ++d)
+    if (x.type.dynamic[d]) real[d] = b.GetDimensionSize(x, static_cast<int64_t>(d));
+  return real;
+}
+
 Value RealElements(Builder& b, const Value& x) {
   Value inside;
-  for (int64_t d = 0; d < static_cast<int64_t>(x.type.dynamic.size()); ++d) {
-    if (!x.type.dynamic[d]) continue;
+  const std::vector<Value> real = RealSizes(b, x);
+  for (int64_t d = 0; d < static_cast<int64_t>(real.size()); ++d) {
+    if (!real[d].valid()) continue;
     Value pos = b.Iota(TensorType{ElementType::I32, x.shape()}, d);
-    Value in_d = b.Compare("LT", pos, b.BroadcastInDim(b.GetDimensionSize(x, d), x.shape(), {}));
+    Value in_d = b.Compare("LT", pos, b.BroadcastInDim(real[d], x.shape(), {}));
     inside = inside.valid() ? b.Binary("and", inside, in_d) : in_d;
   }
   return inside;

@@ -360,6 +360,9 @@ Value ElementCount(Builder& b, const Value& x, const std::vector<int64_t>& dims,
 // Static x: x itself.
 Value StaticFilled(Builder& b, Value x, double fill);
 Value StaticFilled(Builder& b, Value x, Value fill);  // fill: rank 0, x's dtype (max pooling's -inf)
+// Per dim of `x`: its runtime size where it is bounded dynamic (a rule's
+// input in a bounded-dynamic module), else invalid (its static size).
+std::vector<Value> RealSizes(Builder& b, const Value& x);
 // Per element of x (i1, x's shape): whether it is a real one, its index
 // under each bounded-dynamic dim's runtime size; invalid when x is static.
 Value RealElements(Builder& b, const Value& x);
@@ -379,9 +382,6 @@ Value CheckedIndexInDim(Context& c, Value idx, Value x, int64_t dim, bool allow_
 // Random numbers (random.cpp, random_bits.cpp). The generator state
 // argument of a random rule (ui64[2]: seed, offset).
 const Arg& GeneratorArg(const std::vector<Arg>& args);
-// Per dim of `x`: its runtime size where it is bounded dynamic (a rule's
-// input in a bounded-dynamic module), else invalid (its static size).
-std::vector<Value> RealSizes(Builder& b, const Value& x);
 // Random bits (u32 or u64) of `type` from the generator state, each
 // element's a function of the state and its row-major index among the real
 // elements: `real` gives a dim's runtime size where it is valid (RealSizes;

@@ -75,17 +75,6 @@ Value FlatIndex(Builder& b, const std::vector<int64_t>& shape, const std::vector
   return flat;
 }
 
-}  // namespace
-
-std::vector<Value> RealSizes(Builder& b, const Value& x) {
-  std::vector<Value> real(x.shape().size());
-  for (size_t d = 0; d < x.type.dynamic.size() && d < real.size(); ++d)
-    if (x.type.dynamic[d]) real[d] = b.GetDimensionSize(x, static_cast<int64_t>(d));
-  return real;
-}
-
-namespace {
-
 // The two words of counter offset + `counter` (u64 of the result's shape).
 std::pair<Value, Value> WordsAt(Builder& b, Value state, Value counter) {
   Value seed = b.Reshape(b.Slice(state, {0}, {1}, {1}), {});
