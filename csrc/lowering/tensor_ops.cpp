@@ -381,6 +381,16 @@ std::vector<Value> IndexAdd(Context& c, const std::vector<Arg>& a) {
   return One(b.Reshape(b.Convert(r, out.dtype), out.shape));
 }
 
+// gather and the scatter family run bounded-dynamic in every dim but the
+// one of self they index along (arg 1): its size is the indices' bound.
+StaticDimsRule IndexedDimStatic(const char* because) {
+  return [because](const std::vector<Arg>& a, StaticDims& s) {
+    const int64_t rank = static_cast<int64_t>(s.Rank(0));
+    if (rank > 0 && a.size() > 1 && a[1].kind == Arg::Kind::Int) s.Dim(0, static_cast<size_t>(WrapDim(a[1].i, rank)));
+    s.Because(because);
+  };
+}
+
 const bool registered = [] {
   Register("cat", Cat).Dynamic();
   Register("stack", Stack).Dynamic();
@@ -419,32 +429,28 @@ const bool registered = [] {
   Register("index_select", IndexSelect);
   // New index lengths run dynamic (BERT's token types gathered at each
   // position); the dim gathered along stays static: the index bound is its size.
-  Register("gather", GatherRule).Dynamic([](const std::vector<Arg>& a, StaticDims& s) {
-    const int64_t rank = static_cast<int64_t>(s.Rank(0));
-    if (rank > 0 && a.size() > 1 && a[1].kind == Arg::Kind::Int) s.Dim(0, static_cast<size_t>(WrapDim(a[1].i, rank)));
-    s.Because("the dim it gathers along (the indices' bound)");
-  });
+  Register("gather", GatherRule).Dynamic(IndexedDimStatic("the dim it gathers along (the indices' bound)"));
   Register("scatter.src", [](Context& c, const std::vector<Arg>& a) {
     return One(ScatterAlong(c, Out(c), a[0].tensor, a[1].i, a[2].tensor, a[3].tensor,
                             "assign"));
-  });
+  }).Dynamic(IndexedDimStatic("the dim it scatters along (the indices' bound)"));
   Register("scatter.value", [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = Out(c);
     Value v = Fill(c.b, a[3].tensor, out.dtype, a[2].tensor.shape());
     return One(ScatterAlong(c, out, a[0].tensor, a[1].i, a[2].tensor, v, "assign"));
-  });
+  }).Dynamic(IndexedDimStatic("the dim it scatters along (the indices' bound)"));
   Register("scatter_add", [](Context& c, const std::vector<Arg>& a) {
     return One(ScatterAlong(c, Out(c), a[0].tensor, a[1].i, a[2].tensor, a[3].tensor, "add"));
-  });
+  }).Dynamic(IndexedDimStatic("the dim it scatters along (the indices' bound)"));
   Register("scatter.reduce", [](Context& c, const std::vector<Arg>& a) {
     return One(ScatterAlong(c, Out(c), a[0].tensor, a[1].i, a[2].tensor, a[3].tensor,
                             ReduceOp(a[4].s)));
-  });
+  }).Dynamic(IndexedDimStatic("the dim it scatters along (the indices' bound)"));
   Register("scatter.value_reduce", [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = Out(c);
     Value v = Fill(c.b, a[3].tensor, out.dtype, a[2].tensor.shape());
     return One(ScatterAlong(c, out, a[0].tensor, a[1].i, a[2].tensor, v, ReduceOp(a[4].s)));
-  });
+  }).Dynamic(IndexedDimStatic("the dim it scatters along (the indices' bound)"));
   Register("index_add", IndexAdd);
   return true;
 }();

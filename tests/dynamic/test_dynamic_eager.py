@@ -273,7 +273,8 @@ def test_dynamic_rules_are_stated_by_the_rule_table():
                  "_unsafe_index.Tensor", "_index_put_impl", "convolution", "convolution_backward",
                  "max_pool2d_with_indices", "native_batch_norm", "native_group_norm", "upsample_nearest2d",
                  "upsample_bilinear2d_backward", "mse_loss", "mse_loss_backward", "native_dropout",
-                 "bernoulli_.float", "uniform_", "multinomial"):  # random draws at their real sizes
+                 "bernoulli_.float", "uniform_", "multinomial",  # random draws at their real sizes
+                 "scatter.src", "scatter_add", "gather"):
         assert name in rules, name
     for name in ("reflection_pad2d", "log_normal_", "huber_loss"):
         assert name not in rules, name

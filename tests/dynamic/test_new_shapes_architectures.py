@@ -120,6 +120,48 @@ def test_gather_at_new_index_lengths_stops_compiling_and_checks_its_bound():
         gather(table.to("tpu"), bad.to("tpu")).cpu()
 
 
+def topk_backward(v, i):
+    # topk's backward (Mixtral's router in training): zeros[n, E].scatter_(1, idx[n, k], grad[n, k])
+    return torch.zeros(v.shape[0], 8, device=v.device).scatter_(1, i, v)
+
+
+def router_choices(n):
+    g = torch.Generator().manual_seed(n)
+    return torch.randn(n, 2, generator=g), torch.stack([torch.randperm(8, generator=g)[:2] for _ in range(n)])
+
+
+def fewer_index_rows(n):
+    # index has fewer rows than self: its padding rows must not reach self's real rows
+    g = torch.Generator().manual_seed(n)
+    return torch.randn(n + 3, 5, generator=g), torch.randint(0, 5, (n, 3), generator=g), torch.randn(n + 2, 4, generator=g)
+
+
+@pytest.mark.parametrize("fn, make", [
+    (topk_backward, router_choices),
+    (lambda x, i, s: x.scatter(1, i, s), fewer_index_rows),
+    (lambda x, i, s: x.scatter(1, i, 2.5), fewer_index_rows),
+    (lambda x, i, s: x.scatter_add(1, i, s), fewer_index_rows),
+    (lambda x, i, s: x.scatter(1, i, s, reduce="multiply"), fewer_index_rows),
+    # along dim 0, duplicates accumulating: the index's padding columns must add nothing
+    (lambda x, i, s: x.scatter_add(0, i, s),
+     lambda n: (torch.randn(6, n + 1), torch.randint(0, 6, (n, n), generator=torch.Generator().manual_seed(n)),
+                torch.randn(n, n + 1))),
+])
+@pytest.mark.filterwarnings("ignore:The reduce argument of torch.scatter")
+def test_scatter_at_new_index_sizes_stops_compiling(fn, make):
+    compiles = run_sizes(fn, make, (9, 10, 11, 12))  # 11 and 12 in the warm 16-bucket
+    assert compiles[2:] == [0, 0], compiles
+
+
+def test_scatter_at_a_new_size_checks_its_bound():
+    for n in (9, 10, 11):
+        topk_backward(*[t.to("tpu") for t in router_choices(n)]).cpu()
+    v, i = router_choices(11)
+    i[4, 1] = 8  # past the dim it scatters along
+    with pytest.raises(IndexError, match="scatter: index out of range for a dimension of size 8"):
+        topk_backward(v.to("tpu"), i.to("tpu")).cpu()
+
+
 def test_baddbmm_stops_compiling():
     def make(n):
         return torch.randn(8, 1, n), torch.randn(8, n, 16), torch.randn(8, 16, n)
