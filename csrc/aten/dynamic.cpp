@@ -228,6 +228,9 @@ struct SignatureState {
   std::map<std::pair<size_t, size_t>, std::set<int64_t>> small_buckets;
   // Per (input, dim): the larger buckets it has run at (WarmerBuckets).
   std::map<std::pair<size_t, size_t>, std::set<int64_t>> large_buckets;
+  // Per (input, storage dim): the buckets an exact storage's dim read at one
+  // element has taken (ReadBucket).
+  std::map<std::pair<size_t, size_t>, std::set<int64_t>> read_buckets;
   // The signatures of its family, itself included (JoinFamily).
   std::vector<const SignatureState*>* siblings = nullptr;
   bool exact_only = false;  // a dynamic module failed: exact shapes from now on
@@ -701,13 +704,6 @@ std::vector<std::vector<int64_t>> BucketSizes(const Plan& plan, const std::vecto
   return out;
 }
 
-// Remembers the buckets a call ran at (SmallBucket(), WarmerBuckets()).
-void RememberBuckets(const std::vector<std::vector<int64_t>>& bucket, const std::vector<std::vector<bool>>& dyn,
-                     SignatureState* st) {
-  for (size_t i = 0; i < bucket.size(); ++i)
-    for (size_t d = 0; d < bucket[i].size(); ++d)
-      if (dyn[i][d]) (bucket[i][d] <= kSmallBucket ? st->small_buckets : st->large_buckets)[{i, d}].insert(bucket[i][d]);
-}
 
 struct DynamicLayout {
   std::vector<std::vector<bool>> in_dynamic;
@@ -729,6 +725,7 @@ struct DynamicLayout {
   std::vector<std::optional<ViewRead>> writes;
   bool hinted = false;   // some input dim is dynamic by a mark_dynamic hint
   bool bounded = false;  // ... with a max
+  const SignatureState* signature = nullptr;  // what the call's signature has run at (ReadBucket)
 };
 
 // A hint makes one tensor's dim dynamic; the same size in the other whole
@@ -829,6 +826,19 @@ StorageLayout CurrentLayout(const runtime::DeviceStorage& s, const TensorIn& in)
 bool FitsWindow(const ViewRead& r, size_t j, int64_t bucket) { return r.start[j] + bucket <= r.layout.padded[j]; }
 bool PadsWhole(const ViewRead& r, size_t j, int64_t size) { return r.start[j] == 0 && r.layout.real[j] == size; }
 
+// The bucket of dim j of input i's exact storage, read at one element of
+// it (`ids[:, -1]`): the smallest the signature has run that dim at which
+// holds it, up to 1.25x its own bucket, else its own. A batch of 3 at
+// prompt 23 then reads its ids in batch 5's warm 26-bucket, not its 24.
+int64_t ReadBucket(const SignatureState* st, size_t i, size_t j, int64_t size) {
+  const int64_t own = Bucket(size);
+  if (!st) return own;
+  auto run = st->read_buckets.find({i, j});
+  if (run == st->read_buckets.end()) return own;
+  auto b = run->second.lower_bound(size);
+  return b != run->second.end() && 4 * *b <= 5 * own ? *b : own;
+}
+
 // The layout a dynamic input needs its storage in: the dims it reads, each
 // dynamic dim at its bucket (read whole, from 0) or read through a window
 // that fits, the others unpadded. An exact storage's dims the view does not
@@ -836,7 +846,7 @@ bool PadsWhole(const ViewRead& r, size_t j, int64_t size) { return r.start[j] ==
 // their bucket too, the element's position at run time (SlidingStarts):
 // the storage's real size (a prompt length) stays out of the key.
 std::optional<StorageLayout> NeededLayout(const Plan& plan, size_t i, const std::vector<bool>& dyn,
-                                          const std::vector<int64_t>& bucket) {
+                                          const std::vector<int64_t>& bucket, const SignatureState* st) {
   const TensorIn& in = plan.inputs[i];
   const bool exact = !plan.storages[in.storage]->padded();
   std::optional<ViewRead> read =
@@ -847,7 +857,7 @@ std::optional<StorageLayout> NeededLayout(const Plan& plan, size_t i, const std:
     int d = read->view_dim[j];
     bool dynamic = d >= 0 && dyn[d];
     if (d < 0 && exact && l.real[j] > 1) {
-      l.padded[j] = Bucket(l.real[j]);
+      l.padded[j] = ReadBucket(st, i, j, l.real[j]);
     } else if (!dynamic) {
       continue;  // a static window: the storage's dim as it is (an exact storage's is unpadded)
     } else if (FitsWindow(*read, j, bucket[d])) {
@@ -922,6 +932,20 @@ std::vector<bool> SlidingStarts(const ViewRead& r) {
   return sliding;
 }
 
+// Remembers the buckets a call ran at (SmallBucket(), WarmerBuckets(),
+// ReadBucket()).
+void RememberBuckets(const Plan& plan, const DynamicLayout& lay, SignatureState* st) {
+  for (size_t i = 0; i < lay.in_bucket.size(); ++i) {
+    for (size_t d = 0; d < lay.in_bucket[i].size(); ++d)
+      if (lay.in_dynamic[i][d])
+        (lay.in_bucket[i][d] <= kSmallBucket ? st->small_buckets : st->large_buckets)[{i, d}].insert(lay.in_bucket[i][d]);
+    if (!lay.reads[i] || plan.storages[plan.inputs[i].storage]->padded()) continue;
+    const ViewRead& r = *lay.reads[i];
+    for (size_t j = 0; j < r.view_dim.size(); ++j)
+      if (r.view_dim[j] < 0 && r.layout.real[j] > 1) st->read_buckets[{i, j}].insert(r.layout.padded[j]);
+  }
+}
+
 // Which storages the executable takes padded (read through a dynamic dim),
 // in which layout, and how each input of such a storage reads it; false
 // (exact shapes) when a view cannot be read from a padded layout.
@@ -938,7 +962,7 @@ bool PaddedStorages(const Plan& plan, DynamicLayout* lay) {
     lay->reshaped[i] = ReshapedReadOf(plan, i, lay->in_dynamic[i]);
     std::optional<StorageLayout> l = lay->reshaped[i]
         ? CurrentLayout(*plan.storages[s], plan.inputs[i])  // read as it is
-        : NeededLayout(plan, i, lay->in_dynamic[i], lay->in_bucket[i]);
+        : NeededLayout(plan, i, lay->in_dynamic[i], lay->in_bucket[i], lay->signature);
     if (!l) return Refuse("a dynamic input is a view no padded layout reads");
     if (Numel(l->padded) >= (int64_t{1} << 31)) return Refuse("bucket over 2^31 elements");
     if (lay->capacity[s] >= 0 && !SameLayout(lay->storage_layout[s], *l))
@@ -951,7 +975,7 @@ bool PaddedStorages(const Plan& plan, DynamicLayout* lay) {
   for (size_t i = 0; i < n; ++i) {
     const size_t s = plan.inputs[i].storage;
     if (lay->capacity[s] >= 0 || lay->overwritten[s] || !plan.storages[s]->padded()) continue;
-    std::optional<StorageLayout> l = NeededLayout(plan, i, lay->in_dynamic[i], lay->in_bucket[i]);
+    std::optional<StorageLayout> l = NeededLayout(plan, i, lay->in_dynamic[i], lay->in_bucket[i], lay->signature);
     if (!l) continue;
     lay->capacity[s] = Numel(l->padded);
     lay->storage_layout[s] = *l;
@@ -1783,13 +1807,20 @@ std::map<int64_t, std::vector<int64_t>> WarmerOptions(const Plan& plan, const Si
   return options;
 }
 
-// The most any input of the call is padded: its elements at the buckets
-// over its real ones.
+// The most any input of the call is padded in its large dynamic dims (the
+// dims WarmerOptions may move): the product of their buckets over their
+// sizes. Small dims (a batch) and product dims keep their own buckets
+// whichever combination runs, so their padding is left out: a batch of 3 in
+// batch 5's bucket 8 still takes a warm 36-bucket for its 30 tokens.
 double MostPadding(const Plan& plan, const DynamicLayout& lay) {
   double most = 1.0;
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
-    const int64_t real = Numel(plan.inputs[i].geometry.sizes);
-    if (real > 0) most = std::max(most, static_cast<double>(Numel(lay.in_bucket[i])) / static_cast<double>(real));
+    const std::vector<int64_t>& sizes = plan.inputs[i].geometry.sizes;
+    double padding = 1.0;
+    for (size_t d = 0; d < sizes.size(); ++d)
+      if (lay.in_dynamic[i][d] && !lay.in_product[i][d] && sizes[d] > kSmallBucket)
+        padding *= static_cast<double>(lay.in_bucket[i][d]) / static_cast<double>(sizes[d]);
+    most = std::max(most, padding);
   }
   return most;
 }
@@ -1868,6 +1899,7 @@ std::optional<std::vector<c10::IValue>> RunBounded(Call& call, const c10::Operat
   t_exact_reason = "XLA could not pad this signature's module";
   if (st.exact_only) return std::nullopt;
   DynamicLayout lay;
+  lay.signature = &st;
   bool static_changed = false;
   lay.in_dynamic = Observe(st, call.plan, mode, hints, &static_changed);
   t_exact_reason = !static_changed ? "first sizes of its signature"
@@ -1894,7 +1926,7 @@ std::optional<std::vector<c10::IValue>> RunBounded(Call& call, const c10::Operat
   DynamicCompiled* dc = ExecutableFor(key, call, op, args, lay, &st);
   if (!dc) return std::nullopt;
   state.specs[call.plan.key] = call.cached();
-  if (!lay.hinted) RememberBuckets(lay.in_bucket, lay.in_dynamic, &st);
+  if (!lay.hinted) RememberBuckets(call.plan, lay, &st);
   return LaunchDynamic(call, *dc, lay, fast);
 }
 

@@ -205,6 +205,18 @@ def test_a_new_batch_size_at_a_new_prompt_length_compiles_nothing(llama):
         assert compiles == 0, (b, n, by_op)
 
 
+def test_a_new_batch_size_at_a_shorter_prompt_takes_the_warm_longer_bucket(llama):
+    # Batches 4 and 5 ran prompt 26 (sequence bucket 26, the KV cache to 33);
+    # batch 3 at prompt 23 has its own sequence bucket 24, uncompiled at any
+    # batch > 1. It takes the warm 26-bucket (1.08x its tokens): the batch
+    # dim's padding (3 in bucket 8) does not count against that choice.
+    for b, n in ((1, 22), (1, 24), (1, 26), (4, 26), (5, 26)):
+        check_generate(llama, b, n, seed=n + b)
+    for b, n in ((3, 23), (6, 25)):
+        compiles, by_op = check_generate(llama, b, n, seed=n + b)
+        assert compiles == 0, (b, n, by_op)
+
+
 def test_generate_left_padded_batches(llama):
     for pads in ((0, 3, 1), (2, 0, 4)):
         check_generate(llama, 3, 11, seed=sum(pads), left_pad=pads)
