@@ -348,6 +348,12 @@ std::vector<Value> RealSizes(Builder& b, const Value& x) {
   return real;
 }
 
+Value WithRealSizes(Builder& b, Value x, const std::vector<Value>& real) {
+  for (size_t d = 0; d < real.size() && d < x.shape().size(); ++d)
+    if (real[d].valid()) x = b.SetDimensionSize(x, real[d], static_cast<int64_t>(d));
+  return x;
+}
+
 Value RealElements(Builder& b, const Value& x) {
   Value inside;
   const std::vector<Value> real = RealSizes(b, x);

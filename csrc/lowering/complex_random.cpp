@@ -37,7 +37,9 @@ std::vector<Value> ComplexUniform(Context& c, const std::vector<Arg>& a) {
   std::vector<int64_t> shape = out.shape;
   shape.push_back(2);
   std::vector<Arg> args = a;
-  args[0] = TensorArg(b.Splat(pt, 0, shape));
+  std::vector<Value> real = RealSizes(b, a.at(0).tensor);  // bounded dynamic: the parts drawn at self's real sizes
+  real.emplace_back();
+  args[0] = TensorArg(WithRealSizes(b, b.Splat(pt, 0, shape), real));
   return One(FromParts(b, Delegate(c, "uniform_", {TensorType{pt, shape}}, args)[0], out.shape));
 }
 
@@ -58,7 +60,7 @@ std::vector<Value> ComplexNormal(Context& c, const std::vector<Arg>& a) {
   bool wide = pt == ElementType::F64;
   ElementType ft = wide ? ElementType::F64 : ElementType::F32;
   double mean = DoubleArg(a.at(1), 0), std = DoubleArg(a.at(2), 1) / std::sqrt(2.0);
-  auto [u1, u2] = TwoUniform01(b, GeneratorArg(a).tensor, out.shape, wide);
+  auto [u1, u2] = TwoUniform01(b, GeneratorArg(a).tensor, out.shape, wide, RealSizes(b, a.at(0).tensor));
   auto splat = [&](double v) { return b.Splat(ft, v, out.shape); };
   Value r = b.Unary("sqrt", b.Binary("multiply", splat(-2.0),
                                      b.Unary("log", b.Binary("subtract", splat(1.0), u1))));

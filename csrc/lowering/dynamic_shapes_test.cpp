@@ -230,7 +230,10 @@ TEST(DynamicShapes, DropoutDrawsAtTheRealSizes) {
   EXPECT_TRUE(Find("uniform_")->dynamic.draws_at_real_sizes);  // rand's fill
   EXPECT_TRUE(Find("uniform_")->overwrites_destination);
   EXPECT_TRUE(Find("multinomial")->dynamic.draws_at_real_sizes);  // sampling at a new batch size
-  EXPECT_FALSE(Find("log_normal_")->dynamic.draws_at_real_sizes);  // other draws keep exact shapes
+  EXPECT_TRUE(Find("log_normal_")->dynamic.draws_at_real_sizes);
+  EXPECT_TRUE(Find("normal.Tensor_Tensor")->dynamic.draws_at_real_sizes);  // at mean and std's broadcast sizes
+  EXPECT_FALSE(Find("normal.Tensor_Tensor")->overwrites_destination);     // functional: no destination
+  EXPECT_FALSE(Find("randperm.generator_out")->dynamic.enabled);           // out= only: exact shapes
 }
 
 TEST(DynamicShapes, ConstantPadKeepsCroppedDimsStatic) {

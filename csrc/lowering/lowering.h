@@ -283,7 +283,7 @@ RuleEntry& RegisterRandom(const std::string& name, Rule rule, Draws draws = Draw
 // rule draws at self's real sizes (RealSizes into the random.cpp draws): it
 // runs bounded-dynamic, reading self for its type only, so a new size of
 // rand / randn / randint / bernoulli compiles nothing and draws the exact
-// shape's values. Complex fills keep exact shapes (random.cpp).
+// shape's values, complex fills (complex_random.cpp) too.
 RuleEntry& DrawsAtRealSizes(RuleEntry& e);
 // Registers a rule whose float args are runtime parameters (see
 // RuleEntry::runtime_floats).
@@ -363,6 +363,9 @@ Value StaticFilled(Builder& b, Value x, Value fill);  // fill: rank 0, x's dtype
 // Per dim of `x`: its runtime size where it is bounded dynamic (a rule's
 // input in a bounded-dynamic module), else invalid (its static size).
 std::vector<Value> RealSizes(Builder& b, const Value& x);
+// x with dim d bounded-dynamic at runtime size real[d] where that is valid
+// (RealSizes' form): a value whose RealSizes a rule then reads.
+Value WithRealSizes(Builder& b, Value x, const std::vector<Value>& real);
 // Per element of x (i1, x's shape): whether it is a real one, its index
 // under each bounded-dynamic dim's runtime size; invalid when x is static.
 Value RealElements(Builder& b, const Value& x);

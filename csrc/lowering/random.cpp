@@ -18,10 +18,7 @@ namespace torch_tpu::lowering {
 using K = Arg::Kind;
 
 RuleEntry& DrawsAtRealSizes(RuleEntry& e) {
-  e.Dynamic([](const std::vector<Arg>& a, StaticDims& s) {
-    if (!a.empty() && a[0].kind == K::Tensor && hlo::IsComplex(a[0].tensor.dtype()))
-      s.Exact("a complex random fill");
-  });
+  e.Dynamic();
   e.overwrites_destination = true;
   e.dynamic.draws_at_real_sizes = true;
   return e;

@@ -31,14 +31,16 @@ Value OneMinusU(Context& c, const std::vector<Arg>& a) {
   return c.b.Binary("subtract", Like(c.b, u, 1), u);
 }
 
-// Standard normal draws of the output's shape (normal_'s rule, Box-Muller), float type.
-Value StandardNormal(Context& c, const std::vector<Arg>& a) {
+// Standard normal draws of the output's shape (normal_'s rule, Box-Muller),
+// float type, drawn at the real sizes of `like` (a value of the output's
+// shape, bounded-dynamic where the output is).
+Value StandardNormal(Context& c, const std::vector<Arg>& a, const Value& like) {
   const TensorType& out = Out(c);
   Context sub{c.b};
   sub.outputs = {TensorType{FloatType(out), out.shape}};
   Arg self, zero, one;
   self.kind = K::Tensor;
-  self.tensor = c.b.Splat(FloatType(out), 0, out.shape);
+  self.tensor = like;
   zero.kind = one.kind = K::Double;
   one.d = 1;
   return Find("normal_")->rule(sub, {self, zero, one, GeneratorArg(a)}).at(0);
@@ -74,7 +76,7 @@ std::vector<Value> Geometric(Context& c, const std::vector<Arg>& a) {
 std::vector<Value> LogNormal(Context& c, const std::vector<Arg>& a) {
   RequireFloat(Out(c), "log_normal_");
   Builder& b = c.b;
-  Value z = StandardNormal(c, a);
+  Value z = StandardNormal(c, a, a.at(0).tensor);
   Value r = b.Unary("exponential", b.Binary("add", Like(b, z, a.at(1).d),
                                             b.Binary("multiply", Like(b, z, a.at(2).d), z)));
   return One(b.Convert(r, Out(c).dtype));
@@ -89,16 +91,35 @@ std::vector<Value> BernoulliTensor(Context& c, const std::vector<Arg>& a) {
   return One(b.Convert(b.Compare("LT", u, p), out.dtype));
 }
 
-// normal(mean, std) with either or both a tensor: mean + std * z.
+// A value of the output's shape bounded-dynamic where a tensor arg is: each
+// dim takes the runtime size of the first tensor arg (aligned at the right,
+// as they broadcast) that has it dynamic and not of size 1 there.
+Value BroadcastRealSizes(Builder& b, const TensorType& out, const std::vector<Arg>& args) {
+  const int64_t rank = static_cast<int64_t>(out.shape.size());
+  std::vector<Value> real(out.shape.size());
+  for (const Arg& x : args) {
+    if (x.kind != K::Tensor) continue;
+    const std::vector<Value> own = RealSizes(b, x.tensor);
+    const int64_t offset = rank - x.tensor.rank();
+    for (int64_t i = 0; i < x.tensor.rank(); ++i)
+      if (own[i].valid() && !real[i + offset].valid() && x.tensor.shape()[i] == out.shape[i + offset])
+        real[i + offset] = own[i];
+  }
+  return WithRealSizes(b, b.Splat(FloatType(out), 0, out.shape), real);
+}
+
+// normal(mean, std) with either or both a tensor: mean + std * z, z drawn
+// at the real sizes of mean and std broadcast.
 std::vector<Value> NormalTensors(Context& c, const std::vector<Arg>& a) {
   const TensorType& out = Out(c);
   RequireFloat(out, "normal");
   Builder& b = c.b;
-  Value z = StandardNormal(c, a);
   auto operand = [&](const Arg& x) {
-    return x.kind == K::Double ? Like(b, z, x.d) : As(b, x, z.dtype(), out.shape);
+    return x.kind == K::Double ? b.Splat(FloatType(out), x.d, out.shape) : As(b, x, FloatType(out), out.shape);
   };
-  Value r = b.Binary("add", operand(a.at(0)), b.Binary("multiply", operand(a.at(1)), z));
+  Value mean = operand(a.at(0)), std = operand(a.at(1));
+  Value z = StandardNormal(c, a, BroadcastRealSizes(b, out, {a.at(0), a.at(1)}));
+  Value r = b.Binary("add", mean, b.Binary("multiply", std, z));
   return One(b.Convert(r, out.dtype));
 }
 
@@ -175,11 +196,11 @@ const bool registered = [] {
   DrawsAtRealSizes(Register("exponential_", Exponential));
   DrawsAtRealSizes(Register("cauchy_", Cauchy));
   DrawsAtRealSizes(Register("geometric_", Geometric));
-  Register("log_normal_", LogNormal);
+  DrawsAtRealSizes(Register("log_normal_", LogNormal));
   DrawsAtRealSizes(Register("bernoulli_.Tensor", BernoulliTensor));
-  Register("normal.Tensor_float", NormalTensors);
-  Register("normal.float_Tensor", NormalTensors);
-  Register("normal.Tensor_Tensor", NormalTensors);
+  // Bounded dynamic: the draws at the real sizes of mean and std broadcast.
+  for (const char* name : {"normal.Tensor_float", "normal.float_Tensor", "normal.Tensor_Tensor"})
+    Register(name, NormalTensors).Dynamic().dynamic.draws_at_real_sizes = true;
   // Without replacement it draws a key per category: more than its samples.
   // Bounded dynamic in its rows (sampling generate() at a new batch size),
   // drawn at the real rows; the categories stay static.

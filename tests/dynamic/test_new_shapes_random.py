@@ -102,13 +102,21 @@ def factory_draws(n):
     drawn = [torch.rand(n, 3, device="tpu"), torch.randn(2, n, device="tpu"),
              torch.randn(n, dtype=torch.float64, device="tpu"), torch.randint(0, 10, (n,), device="tpu"),
              torch.bernoulli(torch.full((n, 2), 0.3, device="tpu")), torch.empty(n, 4, device="tpu").uniform_(-2, 2),
-             torch.empty(n, 2, device="tpu").exponential_(2.0)]
+             torch.empty(n, 2, device="tpu").exponential_(2.0),
+             torch.empty(3, n, device="tpu").log_normal_(0.5, 0.3),
+             # normal with tensor mean / std: drawn at their broadcast real sizes (n from mean, n - 1 from std)
+             torch.normal(torch.arange(n * 2.0, device="tpu").reshape(n, 2), 2.0),
+             torch.normal(torch.zeros(n, 1, device="tpu") + 1, torch.ones(1, n - 1, device="tpu") * 2),
+             # complex fills: both parts at the real sizes
+             torch.randn(3, n, dtype=torch.complex64, device="tpu"),
+             torch.rand(n, 2, dtype=torch.complex128, device="tpu")]
     return [t.cpu() for t in drawn]
 
 
 def test_random_fills_at_new_sizes_compile_nothing_and_draw_what_exact_shapes_draw():
-    # rand, randn (f32 and f64), randint, bernoulli, uniform_, exponential_: each a fill of
-    # its destination drawn at its real sizes.
+    # rand, randn (f32 and f64), randint, bernoulli, uniform_, exponential_, log_normal_,
+    # complex randn / rand: each a fill of its destination drawn at its real sizes;
+    # normal with tensor mean / std, at the real sizes of its operands broadcast.
     for n in (9, 10):
         factory_draws(n)
     for n in (12, 11, 16):
