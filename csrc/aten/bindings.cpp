@@ -314,7 +314,6 @@ void BindCachesAndStats(py::module& m) {
     torch_tpu::aten::ClearPaddedRowsExecutables();
     torch_tpu::aten::ClearDynamicExecutables();
     torch_tpu::aten::ClearCustomModuleExecutables();
-    torch_tpu::aten::ClearHostFactorySizes();
     GetRuntime().ClearCache();
   });
   m.def("_native_ops", [] {

@@ -215,8 +215,9 @@ std::optional<std::vector<c10::IValue>> RunOnPaddedRows(const Call& call, FastCa
 // (padded_rows.cpp); nullopt: not such a call.
 std::optional<std::vector<c10::IValue>> RunOnContractedRows(const Call& call, FastCall& fast);
 // A small factory at a new size computed by PyTorch's CPU kernel and
-// uploaded (host_factory.cpp); nullopt: compile as usual.
-std::optional<std::vector<c10::IValue>> RunFactoryOnHost(const Call& call, const c10::OperatorHandle& op,
+// uploaded, before any planning (host_factory.cpp); nullopt: plan and
+// compile as usual.
+std::optional<std::vector<c10::IValue>> RunFactoryOnHost(const OpDesc& desc, const c10::OperatorHandle& op,
                                                          const std::vector<c10::IValue>& args);
 // Output specs remembered for an exact-shape key that ran dynamic (null if none).
 const std::vector<OutputSpec>* DynamicSpecs(const std::string& key);
@@ -256,7 +257,6 @@ void ClearFastEntries();         // call_fast.cpp
 void ClearBoundedFastEntries();  // call_fast.cpp: its bounded-dynamic launches only
 void ClearPaddedRowsExecutables();  // padded_rows.cpp
 void ClearDynamicExecutables();  // dynamic.cpp: bounded-dynamic ones, their specs and failures
-void ClearHostFactorySizes();    // host_factory.cpp: which factories compiled a size
 
 // ---- fused eager's record of a call (fused.cpp)
 // A call as a fused chain keeps it: emitted only when the chain's executable

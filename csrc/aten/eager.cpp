@@ -209,6 +209,7 @@ std::vector<c10::IValue> RunCall(const OpDesc& desc, const c10::OperatorHandle& 
                                  const std::vector<c10::IValue>& args) {
   FastCall fast;  // call_fast.cpp: a signature seen before launches at once
   if (auto results = fast.TryLaunch(desc, op.schema(), args)) return std::move(*results);
+  if (auto results = RunFactoryOnHost(desc, op, args)) return std::move(*results);  // arange at a new size
   // A storage a queued launch writes is read by this call's own launch,
   // queued behind it (or the queue is drained first: below).
   QueuedCallScope scope;
@@ -231,7 +232,6 @@ std::vector<c10::IValue> RunCall(const OpDesc& desc, const c10::OperatorHandle& 
   const bool recording = Recording();
   if (!(hit && (hit->known() || (recording && hit->recorded)))) {
     if (auto results = RunDynamic(call, op, args, fast)) return std::move(*results);
-    if (auto results = RunFactoryOnHost(call, op, args)) return std::move(*results);
   }
   if (recording) {
     if (CompactForRecording(call)) return RunCall(desc, op, args);  // planned again, exact

@@ -233,9 +233,9 @@ struct RuleEntry {
   // The in-place form reads its destination for its type only (fills,
   // copies): its old elements are never laid out for the op.
   bool overwrites_destination = false;
-  // A factory whose values come from scalars alone (arange): at a new size a
-  // small result may be computed by PyTorch's CPU kernel and uploaded instead
-  // of compiling per size (csrc/aten/host_factory.cpp).
+  // A factory whose values come from scalars alone (arange): a small result
+  // is computed by PyTorch's CPU kernel and uploaded instead of compiling
+  // per size and start (csrc/aten/host_factory.cpp).
   bool small_results_on_host = false;
   // Draws random numbers: the rule gets a Generator arg (the op's own, or
   // the default generator's state appended as the last arg when the schema

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_tpu
-from torch_tpu import debug
+from torch_tpu import debug, dynamic
 
 
 pytestmark = pytest.mark.usefixtures("auto_dynamic_shapes")  # conftest.py
@@ -317,15 +317,14 @@ def test_static_cache_length_is_exact_with_exact_shapes(llama):
     assert dev._previous_max_cache_length == 24  # 23 -> its bucket
 
 
-def test_arange_at_new_lengths_compiles_nothing():
-    # arange has no tensor input: its length is its cache key. After its first
-    # length compiled, a new small length is computed by PyTorch's CPU kernel
-    # and uploaded (host_factory.cpp); its empty out tensor is resized without
-    # a module (there is nothing of it to keep).
-    for dtype in (torch.long, torch.float32, torch.bfloat16, torch.int32):
-        torch.arange(50, dtype=dtype, device="tpu")  # each dtype's first length compiles
-    for start, end, step, dtype in ((3, 55, 1, torch.long), (0.5, 7.3, 0.1, torch.float32),
-                                    (-2.0, 9.0, 0.25, torch.bfloat16), (1, 40, 3, torch.int32)):
+def test_arange_at_new_lengths_and_starts_compiles_nothing():
+    # arange has no tensor input: its length and start are its cache key (a
+    # decode step's cache position is a new start every step). A small result
+    # is computed by PyTorch's CPU kernel and uploaded (host_factory.cpp),
+    # before any planning: no compile, no meta kernel; its empty out tensor is
+    # resized without a module.
+    for start, end, step, dtype in ((0, 50, 1, torch.long), (3, 55, 1, torch.long), (0.5, 7.3, 0.1, torch.float32),
+                                    (-2.0, 9.0, 0.25, torch.bfloat16), (1, 40, 3, torch.int32), (41, 42, 1, torch.long)):
         debug.reset_stats()
         got = torch.arange(start, end, step, dtype=dtype, device="tpu")
         assert debug.stats()["compiles"] == 0, debug.stats()["compiles_by_op"]
@@ -334,22 +333,20 @@ def test_arange_at_new_lengths_compiles_nothing():
     out = torch.empty(0, device="tpu")
     torch.arange(4.0, out=out)  # out= on a user's empty tensor
     assert torch.equal(out.cpu(), torch.arange(4.0))
+    with pytest.warns(UserWarning, match="An output with one or more elements was resized"):
+        torch.arange(3.0, out=out)  # a non-empty out resized: PyTorch's warning
+    assert torch.equal(out.cpu(), torch.arange(3.0))
+    with pytest.raises(RuntimeError, match="step must be nonzero"):
+        torch.arange(0, 4, 0, device="tpu")
     debug.reset_stats()
     big = torch.arange(20000, device="tpu")  # past 64 KiB: compiled on the device
     assert debug.stats()["compiles_by_op"] == {"arange.start_out": 1}
     assert torch.equal(big.cpu(), torch.arange(20000))
 
 
-def test_clear_cache_makes_arange_compile_its_first_length_again():
-    # debug.clear_cache() drops every executable: the next arange compiles on
-    # the device, as the very first one did, before host-computed lengths.
-    torch.arange(61, device="tpu")
-    debug.clear_cache()
-    debug.reset_stats()
-    got = torch.arange(62, device="tpu")
-    assert debug.stats()["compiles_by_op"] == {"arange.start_out": 1}
+def test_arange_compiles_with_exact_shapes():
+    with dynamic.dynamic_shapes("0"):  # mode 0: today's behaviour, one module per length
+        debug.reset_stats()
+        got = torch.arange(62, device="tpu")
+        assert debug.stats()["compiles_by_op"] == {"arange.start_out": 1}
     assert torch.equal(got.cpu(), torch.arange(62))
-    debug.reset_stats()
-    got = torch.arange(63, device="tpu")
-    assert debug.stats()["compiles"] == 0
-    assert torch.equal(got.cpu(), torch.arange(63))
