@@ -1161,6 +1161,24 @@ c10::IValue WithSizeInts(const std::vector<SizeIntValue>& at, size_t i, const c1
   return ints ? c10::IValue(*ints) : v;
 }
 
+// Dense strides for `sizes` in the order of g's dims in memory (outermost:
+// largest stride first); a broadcast dim (stride 0) stays one.
+std::vector<int64_t> StridesInOrder(const lowering::ViewGeometry& g, const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> order(sizes.size());
+  std::iota(order.begin(), order.end(), 0);
+  if (g.strides.size() == sizes.size())
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return g.strides[a] > g.strides[b]; });
+  std::vector<int64_t> strides(sizes.size(), 0);
+  int64_t step = 1;
+  for (size_t j = order.size(); j-- > 0;) {
+    const int64_t d = order[j];
+    if (g.strides.size() == sizes.size() && g.strides[d] == 0 && g.sizes[d] > 1) continue;
+    strides[d] = step;
+    step *= std::max<int64_t>(sizes[d], 1);
+  }
+  return strides;
+}
+
 }  // namespace
 
 std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle& op,
@@ -1179,8 +1197,13 @@ std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle&
     SetSizeInts(size_ints, &at_sizes.plan.args);
     return RuleOutputSpecs(at_sizes);
   }
-  // Plan input `input`'s tensor `t` as a meta tensor at its bucket's sizes.
-  auto meta = [&](const at::Tensor& t, int input) { return at::empty(sizes.at(input), t.options().device(at::kMeta)); };
+  // Plan input `input`'s tensor `t` as a meta tensor at `sizes`, laid out in
+  // its dims' order (the outputs of an op on a permuted view follow it).
+  auto meta = [&](const at::Tensor& t, int input) {
+    const std::vector<int64_t>& at_sizes = sizes.at(input);
+    return at::empty_strided(at_sizes, StridesInOrder(call.plan.inputs.at(input).geometry, at_sizes),
+                             t.options().device(at::kMeta));
+  };
   torch::jit::Stack stack;
   for (size_t i = 0; i < args.size(); ++i) {
     const c10::IValue& v = args[i];
