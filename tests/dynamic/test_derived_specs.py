@@ -71,6 +71,27 @@ def test_new_sizes_derive_the_meta_kernels_specs(case):
     assert s["dynamic_derived_specs"] > 0, s
 
 
+@pytest.mark.parametrize("fn", [lambda q, c: q.transpose(1, 2) * c, lambda q, c: -q.transpose(1, 2)[..., 8:]])
+def test_ops_on_permuted_views_derive_their_specs(fn):
+    # RoPE on q.transpose(1, 2): the result follows the view's dim order, so the meta
+    # kernel's inputs at the model's other sizes are laid out in that order too (laid
+    # out contiguous, they gave other strides and the model was unusable).
+    def derived_at(n):
+        q, c = torch.randn(2, n, 4, 16), torch.randn(1, 1, n, 16)
+        dq, dc = q.to("tpu"), c.to("tpu")
+        debug.reset_stats()
+        got = fn(dq, dc)
+        derived = debug.stats()["dynamic_derived_specs"]
+        want = fn(q, c)
+        assert got.shape == want.shape and got.stride() == want.stride()
+        torch.testing.assert_close(got.cpu(), want)
+        return derived
+
+    for n in (33, 34):
+        derived_at(n)
+    assert [derived_at(n) for n in (35, 36)] == [1, 1]
+
+
 def test_a_rule_with_its_own_output_types_needs_no_model():
     """Layer norm states its outputs (RuleEntry::output_types): no meta
     kernel to skip, nothing derived, the same results."""
