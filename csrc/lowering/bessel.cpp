@@ -90,10 +90,10 @@ Rule BesselRule(int v, bool scaled, const char* name) {
 }
 
 const bool registered = [] {
-  Register("i0", BesselRule(0, false, "i0"), {"i0.out", "i0_"});
-  Register("special_i0e", BesselRule(0, true, "special_i0e"), {"special_i0e.out"});
-  Register("special_i1", BesselRule(1, false, "special_i1"), {"special_i1.out"});
-  Register("special_i1e", BesselRule(1, true, "special_i1e"), {"special_i1e.out"});
+  Register("i0", BesselRule(0, false, "i0"), {"i0.out", "i0_"}).DynamicElementwise();
+  Register("special_i0e", BesselRule(0, true, "special_i0e"), {"special_i0e.out"}).DynamicElementwise();
+  Register("special_i1", BesselRule(1, false, "special_i1"), {"special_i1.out"}).DynamicElementwise();
+  Register("special_i1e", BesselRule(1, true, "special_i1e"), {"special_i1e.out"}).DynamicElementwise();
   return true;
 }();
 

@@ -229,7 +229,7 @@ const bool registered = [] {
       std::vector<Arg> swapped = a;
       std::swap(swapped[0], swapped[1]);
       return rule(c, swapped);
-    });
+    }).DynamicElementwise();
   }
   RegisterArith("mul", mul);
   RegisterArith("div", div);
@@ -251,21 +251,21 @@ const bool registered = [] {
   Register("floor_divide", ArithRule(FloorDivide)).DynamicElementwise();
   Register("floor_divide.Scalar", ArithRule(FloorDivide)).DynamicElementwise();
   RegisterArith("remainder", Remainder);
-  Register("remainder.Scalar_Tensor", ArithRule(Remainder));
+  Register("remainder.Scalar_Tensor", ArithRule(Remainder)).DynamicElementwise();
   RegisterArith("fmod", [](Builder& b, Value x, Value y) { return b.Binary("remainder", x, y); });
   auto pow = [](Builder& b, Value x, Value y) {
     return hlo::IsFloat(x.dtype()) ? b.Binary("power", x, y) : IntPow(b, x, y);
   };
   for (const char* name : {"pow.Tensor_Tensor", "pow.Tensor_Scalar"})
     Register(name, ArithRule(pow)).DynamicElementwise().dynamic.integers_exact = true;
-  Register("pow.Scalar", ArithRule(pow));
+  Register("pow.Scalar", ArithRule(pow)).DynamicElementwise().dynamic.integers_exact = true;
   Register("maximum", ArithRule([](Builder& b, Value x, Value y) { return MaxMin(b, x, y, true); })).DynamicElementwise();
   Register("minimum", ArithRule([](Builder& b, Value x, Value y) { return MaxMin(b, x, y, false); })).DynamicElementwise();
-  Register("atan2", ArithRule([](Builder& b, Value x, Value y) { return b.Binary("atan2", x, y); }));
+  Register("atan2", ArithRule([](Builder& b, Value x, Value y) { return b.Binary("atan2", x, y); })).DynamicElementwise();
   Register("hypot", ArithRule([](Builder& b, Value x, Value y) {
              return b.Unary("sqrt", b.Binary("add", b.Binary("multiply", x, x),
                                               b.Binary("multiply", y, y)));
-           }));
+           })).DynamicElementwise();
   Register("copysign.Tensor", ArithRule([](Builder& b, Value x, Value y) {
              Value ax = b.Unary("abs", x);
              Value neg = b.Compare("LT", b.Unary("sign", y), Zeros(b, y));
@@ -273,7 +273,7 @@ const bool registered = [] {
              Value y_neg_zero = b.Binary("and", b.Compare("EQ", y, Zeros(b, y)),
                                          b.Compare("LT", b.Binary("divide", b.Splat(y.dtype(), 1, y.shape()), y), Zeros(b, y)));
              return b.Select(b.Binary("or", neg, y_neg_zero), b.Unary("negate", ax), ax);
-           }));
+           })).DynamicElementwise();
 
   // ---- comparison
   const std::pair<const char*, const char*> comparisons[] = {
@@ -353,7 +353,7 @@ const bool registered = [] {
   RegisterUnary("floor", rounding("floor"));
   RegisterUnary("ceil", rounding("ceil"));
   RegisterUnary("round", rounding("round_nearest_even"));
-  Register("round.decimals", RoundDecimals);
+  Register("round.decimals", RoundDecimals).DynamicElementwise();
   RegisterUnary("trunc", Trunc);
   RegisterUnary("frac", [](Builder& b, Value x) { return b.Binary("subtract", x, Trunc(b, x)); });
   RegisterUnary("relu", [](Builder& b, Value x) {
@@ -413,17 +413,17 @@ const bool registered = [] {
     return std::vector<Value>{c.b.Convert(r, out.dtype)};
   };
   Register("clamp", clamp).DynamicElementwise();
-  Register("clamp.Tensor", clamp);
+  Register("clamp.Tensor", clamp).DynamicElementwise();
   auto clamp_max = [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = Out(c);
     ElementType ct = ComputeType(out.dtype);
     Value x = As(c.b, a[0], ct, out.shape), hi = As(c.b, a[1], ct, out.shape);
     return std::vector<Value>{c.b.Convert(Clamp(c.b, x, nullptr, &hi), out.dtype)};
   };
-  Register("clamp_min", ArithRule([](Builder& b, Value x, Value y) { return MaxMin(b, x, y, true); }));
-  Register("clamp_min.Tensor", ArithRule([](Builder& b, Value x, Value y) { return MaxMin(b, x, y, true); }));
-  Register("clamp_max", clamp_max);
-  Register("clamp_max.Tensor", clamp_max);
+  Register("clamp_min", ArithRule([](Builder& b, Value x, Value y) { return MaxMin(b, x, y, true); })).DynamicElementwise();
+  Register("clamp_min.Tensor", ArithRule([](Builder& b, Value x, Value y) { return MaxMin(b, x, y, true); })).DynamicElementwise();
+  Register("clamp_max", clamp_max).DynamicElementwise();
+  Register("clamp_max.Tensor", clamp_max).DynamicElementwise();
   return true;
 }();
 

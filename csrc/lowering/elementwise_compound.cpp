@@ -57,10 +57,10 @@ Rule Addc(bool div) {
 }
 
 const bool registered = [] {
-  Register("lerp.Scalar", LerpRule);
-  Register("lerp.Tensor", LerpRule);
-  Register("addcmul", Addc(false));
-  Register("addcdiv", Addc(true));
+  Register("lerp.Scalar", LerpRule).DynamicElementwise();
+  Register("lerp.Tensor", LerpRule).DynamicElementwise();
+  Register("addcmul", Addc(false)).DynamicElementwise();
+  Register("addcdiv", Addc(true)).DynamicElementwise();
   return true;
 }();
 

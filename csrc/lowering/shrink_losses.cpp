@@ -103,9 +103,9 @@ std::vector<Value> BinaryCrossEntropy(Context& c, const std::vector<Arg>& a) {
 }
 
 const bool registered = [] {
-  Register("hardshrink", Hardshrink);
-  Register("softshrink", Softshrink);
-  Register("threshold", Threshold);
+  Register("hardshrink", Hardshrink).DynamicElementwise();
+  Register("softshrink", Softshrink).DynamicElementwise();
+  Register("threshold", Threshold).DynamicElementwise();
   Register("huber_loss", HuberLoss);
   Register("smooth_l1_loss", SmoothL1Loss);
   Register("binary_cross_entropy", BinaryCrossEntropy);

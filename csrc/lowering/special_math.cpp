@@ -41,9 +41,10 @@ Rule BinaryRule(Fn2 f) {
 
 // Registers a binary function under its Tensor-Tensor schema and, where
 // given, its Scalar-operand overloads.
+// Each is elementwise: bounded-dynamic on the buckets' arrays.
 void RegisterBinary(const std::string& tensor, const std::vector<std::string>& scalar_overloads, Fn2 f) {
-  Register(tensor, BinaryRule(f));
-  for (const auto& name : scalar_overloads) Register(name, BinaryRule(f));
+  Register(tensor, BinaryRule(f)).DynamicElementwise();
+  for (const auto& name : scalar_overloads) Register(name, BinaryRule(f)).DynamicElementwise();
 }
 
 // trigamma as ATen's CPU kernel: the reflection formula below 0.5, six
@@ -251,13 +252,13 @@ std::vector<Value> NanToNum(Context& c, const std::vector<Arg>& a) {
 }
 
 const bool registered = [] {
-  Register("polygamma", Polygamma);
+  Register("polygamma", Polygamma).DynamicElementwise();
   RegisterBinary("special_zeta", {"special_zeta.self_scalar", "special_zeta.other_scalar"},
                  [](Builder& b, Value s, Value q) { return Zeta(b, s, q); });
-  Register("erfc", Unary([](Builder& b, Value x) { return b.Chlo("erfc", {x}); }));
-  Register("sinc", Unary(Sinc));
-  Register("special_ndtri", Unary(Ndtri));
-  Register("special_entr", Unary(Entr));
+  Register("erfc", Unary([](Builder& b, Value x) { return b.Chlo("erfc", {x}); })).DynamicElementwise();
+  Register("sinc", Unary(Sinc)).DynamicElementwise();
+  Register("special_ndtri", Unary(Ndtri)).DynamicElementwise();
+  Register("special_entr", Unary(Entr)).DynamicElementwise();
   RegisterBinary("xlogy.Tensor", {"xlogy.Scalar_Self", "xlogy.Scalar_Other"}, XLog("log"));
   RegisterBinary("special_xlog1py", {"special_xlog1py.self_scalar", "special_xlog1py.other_scalar"},
                  XLog("log_plus_one"));
@@ -273,7 +274,7 @@ const bool registered = [] {
              return b.Compare("EQ", x, Like(b, x, -INFINITY));
            }, false)).DynamicElementwise();
   Register("signbit", Predicate(SignBit, true)).DynamicElementwise();
-  Register("nan_to_num", NanToNum);
+  Register("nan_to_num", NanToNum).DynamicElementwise();
   return true;
 }();
 

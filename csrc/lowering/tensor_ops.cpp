@@ -418,11 +418,12 @@ const bool registered = [] {
 
   Register("flip", Flip);
   Register("roll", Roll);
-  Register("tril", Triangle(true));
-  Register("triu", Triangle(false));
+  // Masks by each element's position (iota): the padding's positions come after.
+  Register("tril", Triangle(true)).DynamicElementwise();
+  Register("triu", Triangle(false)).DynamicElementwise();
   Register("repeat", Repeat);
   Register("masked_fill.Scalar", MaskedFill).DynamicElementwise();
-  Register("masked_fill.Tensor", MaskedFill);
+  Register("masked_fill.Tensor", MaskedFill).DynamicElementwise();
   Register("constant_pad_nd", ConstantPadNd).Dynamic(ConstantPadStaticDims);
 
   Register("embedding", Embedding).Dynamic();

@@ -44,6 +44,34 @@ def test_predicates_and_scalar_where_stop_compiling(fn):
     assert compiles[2:] == [0, 0], compiles
 
 
+ELEMENTWISE = {
+    "rsub (T5's 1 - mask)": lambda x: torch.rsub(x, 1.0),
+    "rsub.Tensor": lambda x: torch.rsub(x, x * 0.5),
+    "clamp_min": lambda x: x.clamp_min(0.25), "clamp_max": lambda x: x.clamp_max(0.25),
+    "clamp.Tensor": lambda x: x.clamp(torch.tensor(-0.5), torch.tensor(0.5)),
+    "atan2": lambda x: torch.atan2(x, x * -0.7 + 0.1), "hypot": lambda x: torch.hypot(x, x * 2),
+    "copysign": lambda x: torch.copysign(x.abs(), x * -0.7 + 0.1),
+    "remainder.Scalar_Tensor": lambda x: torch.remainder(2.5, x.abs() + 0.5),
+    "pow.Scalar": lambda x: torch.pow(2.0, x), "round.decimals": lambda x: torch.round(x * 10, decimals=1),
+    "tril (a causal mask)": lambda x: torch.tril(x), "triu": lambda x: torch.triu(x, 1),
+    "masked_fill.Tensor": lambda x: x.masked_fill(x > 0, torch.tensor(-1.0, device=x.device)),
+    "erfc": torch.erfc, "sinc": torch.sinc, "nan_to_num": lambda x: torch.nan_to_num(x / 0.0, 7.0),
+    "logaddexp": lambda x: torch.logaddexp(x, x * 3), "xlogy": lambda x: torch.xlogy(x, x.abs()),
+    "fmax": lambda x: torch.fmax(x, x * -0.7 + 0.1), "lerp": lambda x: torch.lerp(x, x * 3, 0.3),
+    "addcmul": lambda x: torch.addcmul(x, x, x, value=0.5), "addcdiv": lambda x: torch.addcdiv(x, x, x.abs() + 1),
+    "threshold": lambda x: torch.nn.functional.threshold(x, 0.1, 20.0),
+    "hardshrink": lambda x: torch.nn.functional.hardshrink(x), "i0": torch.i0,
+}
+
+
+@pytest.mark.parametrize("name", list(ELEMENTWISE))
+def test_more_elementwise_ops_stop_compiling(name):
+    # Elementwise: each result element from the inputs' elements at its index (tril/triu
+    # by its position), so the module runs on the buckets' arrays unmasked.
+    compiles = run_sizes(ELEMENTWISE[name], lambda n: (torch.randn(n, n) * 2,), (9, 10, 12, 15), atol=1e-5)
+    assert compiles[2:] == [0, 0], compiles
+
+
 def test_safe_softmax_zeroes_fully_masked_rows_and_stops_compiling():
     def make(n):
         x = torch.randn(2, 3, n) * 3
