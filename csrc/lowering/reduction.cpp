@@ -240,7 +240,7 @@ Rule VarRule(bool take_sqrt, bool with_mean) {
     Value x = b.Convert(Self(a), ct);
     auto dims = DimsArg(a, 1, x.rank());
     Value total = Sum(b, x, dims);
-    Value n = Fill(b, total, static_cast<double>(Count(x, dims)));
+    Value n = MeanDivisor(b, total, Self(a), dims);  // bounded dynamic: its real elements (a convert drops the flags)
     Value mean = b.Binary("divide", total, n);
     Value dev = b.Binary("subtract", x, Expand(b, mean, x, dims));
     Value ssq = Sum(b, b.Binary("multiply", dev, dev), dims);
@@ -451,17 +451,17 @@ const bool registered = [] {
   Register("min.dim", ExtremeDimRule(false), {"min.dim_min"});
   Register("argmax", ArgRule(true), {"argmax.out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   Register("argmin", ArgRule(false), {"argmin.out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
-  Register("var.correction", VarRule(false, false), {"var.correction_out"});
-  Register("std.correction", VarRule(true, false), {"std.correction_out"});
-  Register("var_mean.correction", VarRule(false, true), {"var_mean.correction_out"});
-  Register("std_mean.correction", VarRule(true, true), {"std_mean.correction_out"});
+  Register("var.correction", VarRule(false, false), {"var.correction_out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
+  Register("std.correction", VarRule(true, false), {"std.correction_out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
+  Register("var_mean.correction", VarRule(false, true), {"var_mean.correction_out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
+  Register("std_mean.correction", VarRule(true, true), {"std_mean.correction_out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   Register("any", AnyAllRule(-1, true), {"any.all_out"}).Dynamic();
   Register("any.dim", AnyAllRule(1, true), {"any.out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   Register("any.dims", AnyAllRule(1, true), {"any.dims_out"});
   Register("all", AnyAllRule(-1, false), {"all.all_out"}).Dynamic();
   Register("all.dim", AnyAllRule(1, false), {"all.out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   Register("all.dims", AnyAllRule(1, false), {"all.dims_out"});
-  Register("logsumexp", LogSumExp, {"logsumexp.out"});
+  Register("logsumexp", LogSumExp, {"logsumexp.out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   // (Log-)softmax over the last dim of [r, k] rows treats its rows
   // independently, also in its backward (grad_output, output, dim, ...).
   for (bool log : {false, true}) {
@@ -479,7 +479,7 @@ const bool registered = [] {
   safe.dynamic.rows_args = {0};
   safe.dynamic.rows_when = RowsOverLastDim;
   safe.dynamic.independent_dims = KeptDims(1);
-  Register("linalg_vector_norm", VectorNorm, {"linalg_vector_norm.out"});
+  Register("linalg_vector_norm", VectorNorm, {"linalg_vector_norm.out"}).Dynamic().dynamic.independent_dims = KeptDims(2);
   Register("cumsum", CumulativeRule(false), {"cumsum.out", "cumsum_"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   Register("cumprod", CumulativeRule(true), {"cumprod.out", "cumprod_"});
   return true;
