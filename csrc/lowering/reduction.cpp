@@ -421,6 +421,13 @@ bool RowsOverLastDim(const std::vector<Arg>& a) {
 // The dims of self (arg 0) a reduction over the dims in arg `dims_arg` (an
 // int list: empty is every dim; or an int) keeps: its results are
 // independent along them (DynamicShapes::independent_dims).
+// Complex inputs run exact shapes (their rules reduce over the parts, which
+// carry no runtime sizes).
+void ComplexExact(const std::vector<Arg>& a, StaticDims& s) {
+  if (!a.empty() && a[0].kind == Arg::Kind::Tensor && hlo::IsComplex(a[0].tensor.dtype()))
+    s.Exact("a complex reduction over its parts");
+}
+
 StaticDimsRule KeptDims(size_t dims_arg) {
   return [dims_arg](const std::vector<Arg>& a, StaticDims& s) {
     const int64_t rank = static_cast<int64_t>(s.Rank(0));
@@ -451,17 +458,17 @@ const bool registered = [] {
   Register("min.dim", ExtremeDimRule(false), {"min.dim_min"});
   Register("argmax", ArgRule(true), {"argmax.out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   Register("argmin", ArgRule(false), {"argmin.out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
-  Register("var.correction", VarRule(false, false), {"var.correction_out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
-  Register("std.correction", VarRule(true, false), {"std.correction_out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
-  Register("var_mean.correction", VarRule(false, true), {"var_mean.correction_out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
-  Register("std_mean.correction", VarRule(true, true), {"std_mean.correction_out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
+  Register("var.correction", VarRule(false, false), {"var.correction_out"}).Dynamic(ComplexExact).dynamic.independent_dims = KeptDims(1);
+  Register("std.correction", VarRule(true, false), {"std.correction_out"}).Dynamic(ComplexExact).dynamic.independent_dims = KeptDims(1);
+  Register("var_mean.correction", VarRule(false, true), {"var_mean.correction_out"}).Dynamic(ComplexExact).dynamic.independent_dims = KeptDims(1);
+  Register("std_mean.correction", VarRule(true, true), {"std_mean.correction_out"}).Dynamic(ComplexExact).dynamic.independent_dims = KeptDims(1);
   Register("any", AnyAllRule(-1, true), {"any.all_out"}).Dynamic();
   Register("any.dim", AnyAllRule(1, true), {"any.out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   Register("any.dims", AnyAllRule(1, true), {"any.dims_out"});
   Register("all", AnyAllRule(-1, false), {"all.all_out"}).Dynamic();
   Register("all.dim", AnyAllRule(1, false), {"all.out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   Register("all.dims", AnyAllRule(1, false), {"all.dims_out"});
-  Register("logsumexp", LogSumExp, {"logsumexp.out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
+  Register("logsumexp", LogSumExp, {"logsumexp.out"}).Dynamic(ComplexExact).dynamic.independent_dims = KeptDims(1);
   // (Log-)softmax over the last dim of [r, k] rows treats its rows
   // independently, also in its backward (grad_output, output, dim, ...).
   for (bool log : {false, true}) {
@@ -479,7 +486,7 @@ const bool registered = [] {
   safe.dynamic.rows_args = {0};
   safe.dynamic.rows_when = RowsOverLastDim;
   safe.dynamic.independent_dims = KeptDims(1);
-  Register("linalg_vector_norm", VectorNorm, {"linalg_vector_norm.out"}).Dynamic().dynamic.independent_dims = KeptDims(2);
+  Register("linalg_vector_norm", VectorNorm, {"linalg_vector_norm.out"}).Dynamic(ComplexExact).dynamic.independent_dims = KeptDims(2);
   Register("cumsum", CumulativeRule(false), {"cumsum.out", "cumsum_"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   Register("cumprod", CumulativeRule(true), {"cumprod.out", "cumprod_"});
   return true;
