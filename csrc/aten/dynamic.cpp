@@ -826,6 +826,12 @@ StorageLayout CurrentLayout(const runtime::DeviceStorage& s, const TensorIn& in)
 bool FitsWindow(const ViewRead& r, size_t j, int64_t bucket) { return r.start[j] + bucket <= r.layout.padded[j]; }
 bool PadsWhole(const ViewRead& r, size_t j, int64_t size) { return r.start[j] == 0 && r.layout.real[j] == size; }
 
+// Whether storage dim j of a read of an exact storage is read at one
+// element of several (`ids[:, -1]` of a batch): it takes ReadBucket().
+bool ReadAtOneElement(const ViewRead& r, size_t j, bool exact_storage) {
+  return exact_storage && r.view_dim[j] < 0 && r.layout.real[j] > 1;
+}
+
 // The bucket of dim j of input i's exact storage, read at one element of
 // it (`ids[:, -1]`): the smallest the signature has run that dim at which
 // holds it, up to 1.25x its own bucket, else its own. A batch of 3 at
@@ -856,7 +862,7 @@ std::optional<StorageLayout> NeededLayout(const Plan& plan, size_t i, const std:
   for (size_t j = 0; j < l.real.size(); ++j) {
     int d = read->view_dim[j];
     bool dynamic = d >= 0 && dyn[d];
-    if (d < 0 && exact && l.real[j] > 1) {
+    if (ReadAtOneElement(*read, j, exact)) {
       l.padded[j] = ReadBucket(st, i, j, l.real[j]);
     } else if (!dynamic) {
       continue;  // a static window: the storage's dim as it is (an exact storage's is unpadded)
@@ -939,10 +945,11 @@ void RememberBuckets(const Plan& plan, const DynamicLayout& lay, SignatureState*
     for (size_t d = 0; d < lay.in_bucket[i].size(); ++d)
       if (lay.in_dynamic[i][d])
         (lay.in_bucket[i][d] <= kSmallBucket ? st->small_buckets : st->large_buckets)[{i, d}].insert(lay.in_bucket[i][d]);
-    if (!lay.reads[i] || plan.storages[plan.inputs[i].storage]->padded()) continue;
+    if (!lay.reads[i]) continue;
     const ViewRead& r = *lay.reads[i];
+    const bool exact = !plan.storages[plan.inputs[i].storage]->padded();
     for (size_t j = 0; j < r.view_dim.size(); ++j)
-      if (r.view_dim[j] < 0 && r.layout.real[j] > 1) st->read_buckets[{i, j}].insert(r.layout.padded[j]);
+      if (ReadAtOneElement(r, j, exact)) st->read_buckets[{i, j}].insert(r.layout.padded[j]);
   }
 }
 
@@ -1166,17 +1173,12 @@ c10::IValue WithSizeInts(const std::vector<SizeIntValue>& at, size_t i, const c1
 std::vector<int64_t> StridesInOrder(const lowering::ViewGeometry& g, const std::vector<int64_t>& sizes) {
   std::vector<int64_t> order(sizes.size());
   std::iota(order.begin(), order.end(), 0);
-  if (g.strides.size() == sizes.size())
+  std::vector<bool> broadcast(sizes.size(), false);
+  if (g.strides.size() == sizes.size()) {
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return g.strides[a] > g.strides[b]; });
-  std::vector<int64_t> strides(sizes.size(), 0);
-  int64_t step = 1;
-  for (size_t j = order.size(); j-- > 0;) {
-    const int64_t d = order[j];
-    if (g.strides.size() == sizes.size() && g.strides[d] == 0 && g.sizes[d] > 1) continue;
-    strides[d] = step;
-    step *= std::max<int64_t>(sizes[d], 1);
+    for (size_t d = 0; d < sizes.size(); ++d) broadcast[d] = g.strides[d] == 0 && g.sizes[d] > 1;
   }
-  return strides;
+  return DenseStrides(sizes, order, broadcast);
 }
 
 }  // namespace

@@ -12,6 +12,8 @@
 #include <ATen/ATen.h>
 #include <ATen/native/Resize.h>
 
+#include <cmath>
+
 #include "aten/call.h"
 #include "aten/dynamic.h"
 
@@ -32,6 +34,19 @@ const at::Tensor* HostFactoryOut(const OpDesc& desc, const std::vector<c10::IVal
   return o < args.size() && args[o].isTensor() && args[o].toTensor().defined() ? &args[o].toTensor() : nullptr;
 }
 
+// Whether the range (start, end, step) its first three args give could fit
+// in kMaxHostBytes of `out`'s dtype, read before any kernel runs: a large
+// result is never computed on the host only to be thrown away. Args that are
+// not a range, or a bad range, go on to the kernel, whose checks raise.
+bool MayFitOnHost(const std::vector<c10::IValue>& args, const at::Tensor& out) {
+  if (args.size() < 3 || !args[0].isScalar() || !args[1].isScalar() || !args[2].isScalar()) return true;
+  const double start = args[0].toScalar().to<double>(), end = args[1].toScalar().to<double>();
+  const double step = args[2].toScalar().to<double>();
+  if (step == 0 || !std::isfinite(start) || !std::isfinite(end)) return true;
+  const double length = std::ceil((end - start) / step);
+  return length * static_cast<double>(out.element_size()) <= 2.0 * kMaxHostBytes;  // margin for rounding
+}
+
 }  // namespace
 
 std::optional<std::vector<c10::IValue>> RunFactoryOnHost(const OpDesc& desc, const c10::OperatorHandle& op,
@@ -39,6 +54,7 @@ std::optional<std::vector<c10::IValue>> RunFactoryOnHost(const OpDesc& desc, con
   const at::Tensor* found = HostFactoryOut(desc, args);
   if (!found) return std::nullopt;
   at::Tensor out = *found;
+  if (!MayFitOnHost(args, out)) return std::nullopt;
   // PyTorch's CPU kernel first (a few us): its result says the size, so no
   // meta kernel runs for a size the device has never seen.
   torch::jit::Stack stack(args.begin(), args.end());

@@ -365,4 +365,17 @@ std::optional<std::vector<int64_t>> StorageOrder(const std::vector<int64_t>& siz
   return perm;
 }
 
+std::vector<int64_t> DenseStrides(const std::vector<int64_t>& sizes, const std::vector<int64_t>& order,
+                                  const std::vector<bool>& broadcast) {
+  std::vector<int64_t> strides(sizes.size(), 0);
+  int64_t s = 1;
+  for (size_t j = order.size(); j-- > 0;) {
+    const int64_t d = order[j];
+    if (static_cast<size_t>(d) < broadcast.size() && broadcast[d]) continue;
+    strides[d] = s;
+    s *= std::max<int64_t>(sizes[d], 1);
+  }
+  return strides;
+}
+
 }  // namespace torch_tpu::aten

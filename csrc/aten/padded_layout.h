@@ -24,6 +24,12 @@ namespace torch_tpu::aten {
 std::optional<std::vector<int64_t>> StorageOrder(const std::vector<int64_t>& sizes,
                                                  const std::vector<int64_t>& strides);
 
+// The strides of a dense tensor of `sizes` laid out in `order` (outermost
+// first). Dims flagged in `broadcast` (when given) take stride 0 and no
+// memory, as an expand()'s.
+std::vector<int64_t> DenseStrides(const std::vector<int64_t>& sizes, const std::vector<int64_t>& order,
+                                  const std::vector<bool>& broadcast = {});
+
 // A storage as row-major dims, the real elements at the front of each.
 struct StorageLayout {
   std::vector<int64_t> real, padded;

@@ -66,17 +66,6 @@ SpecModels& Models() {
   return *m;
 }
 
-// The strides of a dense tensor of `sizes` laid out in `order` (outermost first).
-std::vector<int64_t> DenseStrides(const std::vector<int64_t>& sizes, const std::vector<int64_t>& order) {
-  std::vector<int64_t> strides(sizes.size());
-  int64_t s = 1;
-  for (size_t j = order.size(); j-- > 0;) {
-    strides[order[j]] = s;
-    s *= std::max<int64_t>(sizes[order[j]], 1);
-  }
-  return strides;
-}
-
 // The dense order of a spec (padded_layout.h: StorageOrder) when the order
 // gives back all its strides, size-1 dims' included; nullopt otherwise.
 std::optional<std::vector<int64_t>> DenseOrder(const OutputSpec& s) {
