@@ -675,9 +675,11 @@ int64_t WholeBufferSize(const Plan& plan, size_t i, size_t d) {
 // size takes SmallBucket(), or the small bucket its input's buffer already
 // has (the op that made it chose it: following it moves nothing); the dims
 // of one small size in a call share the largest of their choices (a
-// broadcast partner or a contraction must match).
+// broadcast partner or a contraction must match) unless `!share`: each dim
+// keeps its own (TakeWarmerBuckets tries it where a warm executable may).
 std::vector<std::vector<int64_t>> BucketSizes(const Plan& plan, const std::vector<std::vector<bool>>& dyn,
-                                              const CallHints& hints, const SignatureState& st) {
+                                              const CallHints& hints, const SignatureState& st,
+                                              bool share = true) {
   std::vector<std::vector<int64_t>> out;
   std::map<int64_t, int64_t> small;  // small size -> its bucket in this call
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
@@ -690,6 +692,10 @@ std::vector<std::vector<int64_t>> BucketSizes(const Plan& plan, const std::vecto
       } else if (s[d] <= kSmallBucket) {
         int64_t buffer = WholeBufferSize(plan, i, d);
         int64_t b = buffer >= s[d] && buffer <= kSmallBucket ? buffer : SmallBucket(st, i, d, s[d]);
+        if (!share) {
+          s[d] = b;
+          continue;
+        }
         small[s[d]] = std::max(small[s[d]], b);
         s[d] = -s[d];  // resolved below
       } else {
@@ -1832,6 +1838,33 @@ std::map<int64_t, std::vector<int64_t>> WarmerOptions(const Plan& plan, const Si
   return options;
 }
 
+// The other buckets each small dynamic size of the call may take: those a
+// dim of that size has run at which hold it, and its own Bucket(). A small
+// size's choice may follow a buffer or a coincidence (BucketSizes: a batch
+// of 6 and a decoder length of 6 share the larger choice, 16), a
+// combination no earlier call ran.
+std::map<int64_t, std::vector<int64_t>> SmallOptions(const Plan& plan, const SignatureState& st,
+                                                     const DynamicLayout& lay) {
+  std::map<int64_t, std::vector<int64_t>> options;
+  for (size_t i = 0; i < plan.inputs.size(); ++i)
+    for (size_t d = 0; d < lay.in_dynamic[i].size(); ++d) {
+      const int64_t size = plan.inputs[i].geometry.sizes[d], own = lay.in_bucket[i][d];
+      if (!lay.in_dynamic[i][d] || lay.in_product[i][d] || size > kSmallBucket) continue;
+      std::vector<int64_t>& choices = options[size];
+      if (Bucket(size) != own) choices.push_back(Bucket(size));
+      auto run = st.small_buckets.find({i, d});
+      if (run == st.small_buckets.end()) continue;
+      for (int64_t b : run->second)
+        if (b >= size && b != own) choices.push_back(b);
+    }
+  for (auto it = options.begin(); it != options.end();) {
+    std::sort(it->second.begin(), it->second.end());
+    it->second.erase(std::unique(it->second.begin(), it->second.end()), it->second.end());
+    it = it->second.empty() ? options.erase(it) : std::next(it);
+  }
+  return options;
+}
+
 // The most any input of the call is padded in its large dynamic dims (the
 // dims WarmerOptions may move): the product of their buckets over their
 // sizes. Small dims (a batch) and product dims keep their own buckets
@@ -1850,24 +1883,51 @@ double MostPadding(const Plan& plan, const DynamicLayout& lay) {
   return most;
 }
 
+// Whether `alt` has an executable; then `lay` and `key` become its.
+bool TakeIfWarm(const Call& call, const std::string& sig, DynamicLayout&& alt, DynamicLayout* lay,
+                std::string* key) {
+  if (!LayOutStorages(call, &alt)) return false;
+  std::string alt_key = DynamicKey(sig, call.plan, alt);
+  if (!State().executables.count(alt_key)) return false;
+  *lay = std::move(alt);
+  *key = std::move(alt_key);
+  return true;
+}
+
+// A call whose small sizes coincide (a batch of 3 and a decoder length of
+// 3) shares the larger of their buckets; each dim's own choice may have run
+// before (batch 5's bucket 8 with a length's 4). Any combination that has an
+// executable is valid for the call: the key holds every bucket and layout.
+bool TakeUnsharedSmallBuckets(const Call& call, const std::string& sig, const SignatureState& st,
+                              const CallHints& hints, DynamicLayout* lay, std::string* key) {
+  DynamicLayout alt = *lay;
+  alt.in_bucket = BucketSizes(call.plan, alt.in_dynamic, hints, st, /*share=*/false);
+  ProductBuckets(call.plan, &alt);
+  if (alt.in_bucket == lay->in_bucket) return false;
+  return TakeIfWarm(call, sig, std::move(alt), lay, key);
+}
+
 // A call whose combination of buckets has no executable yet (StaticCache
 // prompt 35 in a 45-long cache: its 36-bucket ran with the 44-bucket of
 // prompt 34's 41-long cache, the 48-bucket with prompt 38) takes larger
-// buckets some of its dims have run at, when that combination has an
-// executable: at most a host re-layout of its inputs instead of a compile.
+// buckets some of its dims have run at (WarmerOptions), or other small
+// buckets (SmallOptions), when that combination has an executable: at most
+// a host re-layout of its inputs instead of a compile.
 // No input may then be padded past 1.25x its elements (or what its own
 // buckets pad): an image of side 34 after sides 32 and 40 compiles its
 // 36-bucket rather than run at 40 (1.38x its pixels) from then on.
 // True when it took one (`lay` and `key` are then that combination's).
-bool TakeWarmerBuckets(const Call& call, const std::string& sig, const SignatureState& st, DynamicLayout* lay,
-                       std::string* key) {
+bool TakeWarmerBuckets(const Call& call, const std::string& sig, const SignatureState& st, const CallHints& hints,
+                       DynamicLayout* lay, std::string* key) {
   const Plan& plan = call.plan;
-  const std::map<int64_t, std::vector<int64_t>> options = WarmerOptions(plan, st, *lay);
+  if (TakeUnsharedSmallBuckets(call, sig, st, hints, lay, key)) return true;
+  std::map<int64_t, std::vector<int64_t>> options = WarmerOptions(plan, st, *lay);
+  options.merge(SmallOptions(plan, st, *lay));  // small and large sizes never meet
   if (options.empty()) return false;
   std::vector<std::pair<int64_t, std::vector<int64_t>>> sizes(options.begin(), options.end());
   const double limit = std::max(1.25, MostPadding(plan, *lay));
   std::vector<size_t> pick(sizes.size(), 0);  // per size: 0 its own bucket, k its k-th warmer one
-  for (int tries = 0; tries < 16; ++tries) {
+  for (int tries = 0; tries < 32; ++tries) {
     size_t g = 0;  // the next combination (an odometer over the sizes' choices)
     while (g < sizes.size() && ++pick[g] > sizes[g].second.size()) pick[g++] = 0;
     if (g == sizes.size()) return false;
@@ -1878,12 +1938,7 @@ bool TakeWarmerBuckets(const Call& call, const std::string& sig, const Signature
           if (pick[k] > 0 && alt.in_dynamic[i][d] && !alt.in_product[i][d] &&
               plan.inputs[i].geometry.sizes[d] == sizes[k].first)
             alt.in_bucket[i][d] = sizes[k].second[pick[k] - 1];
-    if (MostPadding(plan, alt) > limit || !LayOutStorages(call, &alt)) continue;
-    std::string alt_key = DynamicKey(sig, plan, alt);
-    if (!State().executables.count(alt_key)) continue;
-    *lay = std::move(alt);
-    *key = std::move(alt_key);
-    return true;
+    if (MostPadding(plan, alt) <= limit && TakeIfWarm(call, sig, std::move(alt), lay, key)) return true;
   }
   return false;
 }
@@ -1945,7 +2000,7 @@ std::optional<std::vector<c10::IValue>> RunBounded(Call& call, const c10::Operat
   ProductBuckets(call.plan, &lay);
   if (!LayOutStorages(call, &lay)) return std::nullopt;
   std::string key = DynamicKey(sig, call.plan, lay);
-  if (!lay.hinted && !state.executables.count(key)) TakeWarmerBuckets(call, sig, st, &lay, &key);
+  if (!lay.hinted && !state.executables.count(key)) TakeWarmerBuckets(call, sig, st, hints, &lay, &key);
   t_exact_reason = "XLA could not pad this signature's module";
   if (state.failed.count(key)) return std::nullopt;
   DynamicCompiled* dc = ExecutableFor(key, call, op, args, lay, &st);

@@ -307,6 +307,10 @@ def model_and_config(name):
         return transformers.MixtralForCausalLM, transformers.MixtralConfig(
             intermediate_size=128, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
             max_position_embeddings=128, **common)
+    if name == "t5":  # an encoder-decoder: the decoder's length meets batch sizes
+        return transformers.T5ForConditionalGeneration, transformers.T5Config(
+            vocab_size=256, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, decoder_start_token_id=0,
+            pad_token_id=0)
     if name == "bloom":
         return transformers.BloomForCausalLM, transformers.BloomConfig(vocab_size=256, hidden_size=64, n_layer=2,
                                                                        n_head=4)
@@ -345,7 +349,7 @@ def test_generate_new_prompt_lengths_compile_nothing(name):
 
 
 @pytest.mark.parametrize("name, new, pad", [("qwen3", ((3, 11), (6, 9)), 0), ("falcon", ((3, 10), (6, 10)), 2),
-                                            ("bloom", ((3, 10),), 2)])
+                                            ("bloom", ((3, 10),), 2), ("t5", ((3, 11), (6, 9)), 0)])
 def test_new_batch_size_at_a_new_length_compiles_nothing(name, new, pad):
     # Qwen3 normalizes q and k per head: [b, s, h, d] and [b, h, s, d] reads share
     # signatures, and batch 4's must not take batch 1's dynamic sequence dim for
@@ -355,6 +359,9 @@ def test_new_batch_size_at_a_new_length_compiles_nothing(name, new, pad):
     # refused for its signature from then on.
     # Falcon and Bloom run attention as bmm on [b*h, s, d]: at batch 3, b*h = 12 meets
     # a KV length of 12; s keeps its own bucket (16), not b*h's product bucket (32).
+    # T5's decoder ids grow 1..7 while the batch is 3 or 6: a batch and a length
+    # of one size share the larger bucket, a combination no warm call ran; each
+    # dim's own bucket has an executable (TakeUnsharedSmallBuckets).
     models = pair(name)
     for b, n in ((1, 9), (1, 10), (1, 12), (4, 10), (5, 10)):
         check_generate(models, b, n, pad)

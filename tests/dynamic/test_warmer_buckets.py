@@ -54,3 +54,23 @@ def test_a_larger_warm_bucket_pads_at_most_a_quarter(shape, compiles):
     assert (s["compiles"] > 0) == compiles, s["compiles_by_op"]
     if compiles:
         assert s["dynamic_compiles_by_op"], s  # its own bucket, bounded-dynamic
+
+
+def test_a_batch_and_a_length_of_one_size_take_their_own_warm_buckets():
+    """A batch of 3 and a length of 3 would share the larger of their buckets
+    (8, 8), which never ran; each dim's own (8 for the batch after batch 5, 4
+    for the length) ran together at (5, 3): no compile, CPU's results."""
+    def g(x, y):
+        return torch.cat([x * 2.0, y], dim=1).sum(1)
+
+    def pair(b, n):
+        return torch.randn(b, n), torch.randn(b, 1)
+
+    for b, n in ((4, 5), (5, 3)):  # static, then both dims dynamic: buckets (8, 4)
+        g(*[t.to("tpu") for t in pair(b, n)]).cpu()
+    debug.reset_stats()
+    x, y = pair(3, 3)
+    torch.testing.assert_close(g(x.to("tpu"), y.to("tpu")).cpu(), g(x, y), atol=1e-6, rtol=1e-5)
+    s = debug.stats()
+    assert s["compiles"] == 0, s["compiles_by_op"]
+    assert s["dynamic_hits"] >= 3, s
