@@ -234,6 +234,7 @@ struct SignatureState {
   // The signatures of its family, itself included (JoinFamily).
   std::vector<const SignatureState*>* siblings = nullptr;
   bool exact_only = false;  // a dynamic module failed: exact shapes from now on
+  const char* exact_because = "";  // ... why (ExecutableFor)
 };
 
 // A compiled bounded-dynamic executable and what launching it needs.
@@ -1227,8 +1228,10 @@ std::vector<OutputSpec> MetaSpecsAt(const Call& call, const c10::OperatorHandle&
       c10::List<std::optional<at::Tensor>> metas;
       auto list = v.toListRef();
       for (size_t j = 0; j < list.size(); ++j)
-        metas.push_back(list[j].isNone() ? std::nullopt
-                                         : std::optional<at::Tensor>(meta(list[j].toTensor(), ap.tensors.at(j))));
+        // None comes boxed as None or as an undefined tensor (`x[:, i]`'s first index)
+        metas.push_back(list[j].isNone() || !list[j].toTensor().defined()
+                            ? std::nullopt
+                            : std::optional<at::Tensor>(meta(list[j].toTensor(), ap.tensors.at(j))));
       stack.push_back(metas);
     } else if (v.isDevice()) {
       stack.push_back(c10::Device(at::kMeta));
@@ -1698,12 +1701,21 @@ DynamicCompiled* ExecutableFor(const std::string& key, const Call& call, const c
   try {
     dc = CompileDynamic(key, call, op, args, lay, &unfit);
   } catch (const lowering::Unsupported&) {
-  } catch (const pjrt::Error&) {       // XLA cannot pad this module: exact shapes for the signature
-  } catch (const c10::Error&) {        // the meta kernel refuses the bucket's sizes
-  } catch (const std::exception&) {    // ... a Python one (a decomposition such as addmm's) raises python_error
+    t_exact_reason = "its rule cannot lower the module at the bucket's sizes";
+  } catch (const pjrt::Error&) {  // XLA cannot pad this module: exact shapes for the signature
+    t_exact_reason = "XLA could not pad this signature's module";
+  } catch (const c10::Error&) {  // the meta kernel refuses the bucket's sizes
+    t_exact_reason = "the meta kernel refused the bucket's sizes";
+  } catch (const std::exception&) {  // ... a Python one (a decomposition such as addmm's) raises python_error
+    t_exact_reason = "building the bounded module raised (a Python meta kernel, or a torch_tpu bug)";
   }
   if (!dc && !unfit) {  // (unfit: exact for this call's sizes only)
-    if (lay.hinted) state.failed.insert(key); else st->exact_only = true;
+    if (lay.hinted) {
+      state.failed.insert(key);
+    } else {
+      st->exact_only = true;
+      st->exact_because = t_exact_reason;
+    }
     ++Counters().exact_fallbacks;
   }
   return dc;
@@ -1976,8 +1988,10 @@ std::optional<std::vector<c10::IValue>> RunBounded(Call& call, const c10::Operat
   const std::string& sig = entry->first;
   SignatureState& st = entry->second;
   if (inserted) JoinFamily(call.plan, fixed, front, &st);
-  t_exact_reason = "XLA could not pad this signature's module";
-  if (st.exact_only) return std::nullopt;
+  if (st.exact_only) {
+    t_exact_reason = st.exact_because;
+    return std::nullopt;
+  }
   DynamicLayout lay;
   lay.signature = &st;
   bool static_changed = false;

@@ -156,6 +156,35 @@ def test_sort_along_a_new_size_stops_compiling(dtype, descending):
     assert compiles[2:] == [0, 0, 0], compiles
 
 
+def set_columns(x, i):
+    x = x.clone()
+    x[:, i] = -float("inf")  # a logits processor's banned tokens: index_put_ with indices (None, i)
+    return x
+
+
+def add_at_rows_and_columns(x, i):
+    rows = torch.arange(x.shape[0], device=x.device)[:, None]
+    return x.clone().index_put_([rows, i], torch.ones((), device=x.device), accumulate=True)
+
+
+@pytest.mark.parametrize("fn", [lambda x, i: x[:, i] * 2.0, set_columns, add_at_rows_and_columns,
+                                lambda x, i: x.view(x.shape[0], 16, 16)[:, :, i[:1]] + 1.0],
+                         ids=["index", "index_put", "index_put_accumulate", "index_3d"])
+def test_indexing_behind_a_full_slice_stops_compiling(fn):
+    # A None index (the `:` of x[:, i]) came boxed as an undefined tensor; the
+    # meta kernel at the bucket's sizes failed on it, and the signature ran
+    # exact shapes from then on: one compile per batch size.
+    idx = torch.tensor([3, 7])
+    compiles = []
+    for b in (4, 5, 3, 6, 7):
+        x = torch.randn(b, 256)
+        debug.reset_stats()
+        got = fn(x.to("tpu"), idx.to("tpu")).cpu()
+        compiles.append((debug.stats()["compiles"], debug.stats()["exact_reasons"]))
+        torch.testing.assert_close(got, fn(x, idx))
+    assert [c for c, _ in compiles[2:]] == [0, 0, 0], compiles
+
+
 def test_gather_at_new_index_lengths_stops_compiling_and_checks_its_bound():
     # BERT's token types: a [1, 40] buffer expanded to the batch, gathered at each position.
     table = torch.arange(40).reshape(1, 40) % 3
