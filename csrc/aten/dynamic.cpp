@@ -1828,46 +1828,30 @@ const std::vector<OutputSpec>* DynamicSpecs(const std::string& key) {
 
 namespace {
 
-// The larger buckets each dynamic size of the call may take instead of its
-// own (WarmerBuckets): those a dim of that size has run at, up to 1.25x its
-// own; sizes with none are left out. Small sizes and product buckets keep theirs.
-std::map<int64_t, std::vector<int64_t>> WarmerOptions(const Plan& plan, const SignatureState& st,
+// The other buckets each dynamic size of the call may take instead of its
+// own, sizes with none left out:
+// - a large size: the larger buckets a dim of that size has run at, up to
+//   1.25x its own (WarmerBuckets);
+// - a small size: the buckets a dim of that size has run at which hold it,
+//   and its own Bucket(). A small size's choice may follow a buffer or a
+//   coincidence (BucketSizes: a batch of 6 and a decoder length of 6 share
+//   the larger choice, 16), a combination no earlier call ran.
+// Product buckets keep theirs.
+std::map<int64_t, std::vector<int64_t>> BucketOptions(const Plan& plan, const SignatureState& st,
                                                       const DynamicLayout& lay) {
   std::map<int64_t, std::vector<int64_t>> options;
   for (size_t i = 0; i < plan.inputs.size(); ++i)
     for (size_t d = 0; d < lay.in_dynamic[i].size(); ++d) {
       const int64_t size = plan.inputs[i].geometry.sizes[d], own = lay.in_bucket[i][d];
-      auto run = st.large_buckets.find({i, d});
-      if (!lay.in_dynamic[i][d] || lay.in_product[i][d] || size <= kSmallBucket || run == st.large_buckets.end())
-        continue;
-      for (int64_t b : run->second)
-        if (b > own && 4 * b <= 5 * own) options[size].push_back(b);
-    }
-  for (auto& [size, buckets] : options) {
-    std::sort(buckets.begin(), buckets.end());
-    buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());
-  }
-  return options;
-}
-
-// The other buckets each small dynamic size of the call may take: those a
-// dim of that size has run at which hold it, and its own Bucket(). A small
-// size's choice may follow a buffer or a coincidence (BucketSizes: a batch
-// of 6 and a decoder length of 6 share the larger choice, 16), a
-// combination no earlier call ran.
-std::map<int64_t, std::vector<int64_t>> SmallOptions(const Plan& plan, const SignatureState& st,
-                                                     const DynamicLayout& lay) {
-  std::map<int64_t, std::vector<int64_t>> options;
-  for (size_t i = 0; i < plan.inputs.size(); ++i)
-    for (size_t d = 0; d < lay.in_dynamic[i].size(); ++d) {
-      const int64_t size = plan.inputs[i].geometry.sizes[d], own = lay.in_bucket[i][d];
-      if (!lay.in_dynamic[i][d] || lay.in_product[i][d] || size > kSmallBucket) continue;
+      if (!lay.in_dynamic[i][d] || lay.in_product[i][d]) continue;
+      const bool small = size <= kSmallBucket;
       std::vector<int64_t>& choices = options[size];
-      if (Bucket(size) != own) choices.push_back(Bucket(size));
-      auto run = st.small_buckets.find({i, d});
-      if (run == st.small_buckets.end()) continue;
+      if (small && Bucket(size) != own) choices.push_back(Bucket(size));
+      const auto& run_at = small ? st.small_buckets : st.large_buckets;
+      auto run = run_at.find({i, d});
+      if (run == run_at.end()) continue;
       for (int64_t b : run->second)
-        if (b >= size && b != own) choices.push_back(b);
+        if (small ? b >= size && b != own : b > own && 4 * b <= 5 * own) choices.push_back(b);
     }
   for (auto it = options.begin(); it != options.end();) {
     std::sort(it->second.begin(), it->second.end());
@@ -1878,10 +1862,11 @@ std::map<int64_t, std::vector<int64_t>> SmallOptions(const Plan& plan, const Sig
 }
 
 // The most any input of the call is padded in its large dynamic dims (the
-// dims WarmerOptions may move): the product of their buckets over their
-// sizes. Small dims (a batch) and product dims keep their own buckets
-// whichever combination runs, so their padding is left out: a batch of 3 in
-// batch 5's bucket 8 still takes a warm 36-bucket for its 30 tokens.
+// dims BucketOptions may move to larger buckets): the product of their
+// buckets over their sizes. Small dims (a batch) take only buckets some call
+// of theirs ran at, and product dims keep theirs, so their padding is left
+// out: a batch of 3 in batch 5's bucket 8 still takes a warm 36-bucket for
+// its 30 tokens.
 double MostPadding(const Plan& plan, const DynamicLayout& lay) {
   double most = 1.0;
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
@@ -1922,8 +1907,8 @@ bool TakeUnsharedSmallBuckets(const Call& call, const std::string& sig, const Si
 // A call whose combination of buckets has no executable yet (StaticCache
 // prompt 35 in a 45-long cache: its 36-bucket ran with the 44-bucket of
 // prompt 34's 41-long cache, the 48-bucket with prompt 38) takes larger
-// buckets some of its dims have run at (WarmerOptions), or other small
-// buckets (SmallOptions), when that combination has an executable: at most
+// buckets some of its dims have run at, or other small buckets
+// (BucketOptions), when that combination has an executable: at most
 // a host re-layout of its inputs instead of a compile.
 // No input may then be padded past 1.25x its elements (or what its own
 // buckets pad): an image of side 34 after sides 32 and 40 compiles its
@@ -1933,8 +1918,7 @@ bool TakeWarmerBuckets(const Call& call, const std::string& sig, const Signature
                        DynamicLayout* lay, std::string* key) {
   const Plan& plan = call.plan;
   if (TakeUnsharedSmallBuckets(call, sig, st, hints, lay, key)) return true;
-  std::map<int64_t, std::vector<int64_t>> options = WarmerOptions(plan, st, *lay);
-  options.merge(SmallOptions(plan, st, *lay));  // small and large sizes never meet
+  const std::map<int64_t, std::vector<int64_t>> options = BucketOptions(plan, st, *lay);
   if (options.empty()) return false;
   std::vector<std::pair<int64_t, std::vector<int64_t>>> sizes(options.begin(), options.end());
   const double limit = std::max(1.25, MostPadding(plan, *lay));
