@@ -17,6 +17,17 @@ def auto_mode():
         yield
 
 
+def stats_of_a_new_pair(fn, pair, warm, new):
+    """Runs fn on tpu at the `warm` sizes, then at `new` on tpu and on the CPU
+    (equal results); the stats of the new call."""
+    for sizes in warm:
+        fn(*[t.to("tpu") for t in pair(*sizes)]).cpu()
+    debug.reset_stats()
+    args = pair(*new)
+    torch.testing.assert_close(fn(*[t.to("tpu") for t in args]).cpu(), fn(*args), atol=1e-6, rtol=1e-5)
+    return debug.stats()
+
+
 def test_a_new_combination_of_warm_buckets_takes_a_larger_warm_one():
     """Two dynamic dims (a prompt and a cache length): (35, 45) after (34, 41)
     and (38, 45) has its own buckets (36, 48) uncompiled together; it runs on
@@ -27,12 +38,7 @@ def test_a_new_combination_of_warm_buckets_takes_a_larger_warm_one():
     def pair(n, m):
         return torch.randn(n, 1), torch.randn(1, m)
 
-    for n, m in ((33, 40), (34, 41), (38, 45)):
-        f(*[t.to("tpu") for t in pair(n, m)]).cpu()
-    debug.reset_stats()
-    a, b = pair(35, 45)
-    torch.testing.assert_close(f(a.to("tpu"), b.to("tpu")).cpu(), f(a, b), atol=1e-6, rtol=1e-5)
-    s = debug.stats()
+    s = stats_of_a_new_pair(f, pair, ((33, 40), (34, 41), (38, 45)), (35, 45))
     assert s["compiles"] == 0, s["compiles_by_op"]
 
 
@@ -66,11 +72,6 @@ def test_a_batch_and_a_length_of_one_size_take_their_own_warm_buckets():
     def pair(b, n):
         return torch.randn(b, n), torch.randn(b, 1)
 
-    for b, n in ((4, 5), (5, 3)):  # static, then both dims dynamic: buckets (8, 4)
-        g(*[t.to("tpu") for t in pair(b, n)]).cpu()
-    debug.reset_stats()
-    x, y = pair(3, 3)
-    torch.testing.assert_close(g(x.to("tpu"), y.to("tpu")).cpu(), g(x, y), atol=1e-6, rtol=1e-5)
-    s = debug.stats()
+    s = stats_of_a_new_pair(g, pair, ((4, 5), (5, 3)), (3, 3))  # (4, 5) static, then buckets (8, 4)
     assert s["compiles"] == 0, s["compiles_by_op"]
     assert s["dynamic_hits"] >= 3, s
