@@ -26,6 +26,10 @@
 // derived specs never skip one of its errors (two sequence lengths that
 // must agree are one class; a call where they differ groups otherwise).
 //
+// A rule may state its results itself (DynamicShapes::derived_outputs:
+// attention, whose meta kernel is a Python function and whose logsumexp's
+// rows step by 32); a call with no cached specs takes them at any size.
+//
 // Not modelled (the meta kernel every time): rules whose outputs step
 // (convolution, pooling: DynamicShapes::stepped_outputs) or scale their
 // size ints, rules with their own output_types (no meta kernel to skip),
@@ -230,9 +234,28 @@ bool Fit(SpecModel& m, const Call& call, const c10::OperatorHandle& op, const st
 
 }  // namespace
 
+// The results a rule states itself (DynamicShapes::derived_outputs), dense
+// in their orders; nullopt where it does not vouch for the args.
+std::optional<std::vector<OutputSpec>> RuleDerivedSpecs(const Call& call) {
+  const lowering::DerivedOutputs& derive = call.desc->rule->dynamic.derived_outputs;
+  if (!derive || call.desc->variant != Variant::Functional) return std::nullopt;
+  std::optional<std::vector<lowering::OutputLayout>> layouts = derive(AbstractArgs(call.plan));
+  if (!layouts) return std::nullopt;
+  std::vector<OutputSpec> specs;
+  for (const lowering::OutputLayout& l : *layouts)
+    specs.push_back({l.type.shape, DenseStrides(l.type.shape, l.order), ToScalarType(l.type.dtype)});
+  return specs;
+}
+
 std::optional<std::vector<OutputSpec>> DerivedSpecs(const Call& call, const c10::OperatorHandle& op,
                                                     const std::vector<c10::IValue>& args) {
-  if (!DynamicShapesActive() || !Modelled(call)) return std::nullopt;
+  if (!DynamicShapesActive() || !call.desc->rule) return std::nullopt;
+  if (std::optional<std::vector<OutputSpec>> specs = RuleDerivedSpecs(call)) {
+    if (Models().check) CheckDerivedSpecs(call, op, args, *specs);
+    CountDerivedSpecs();
+    return specs;
+  }
+  if (!Modelled(call)) return std::nullopt;
   auto found = Models().by_signature.find(DynamicSignature(call, args));
   if (found == Models().by_signature.end()) return std::nullopt;
   for (const SpecModel& m : found->second) {

@@ -280,6 +280,38 @@ void AttentionBackwardStaticDims(const std::vector<Arg>& a, StaticDims& s) {
   if (s.Rank(6) == 3) s.Dim(6, 1);
 }
 
+// The forward's results as PyTorch's (Python) meta kernel makes them, for
+// consistent q [B, H, L, E], k [B, Hk, S, E], v [B, Hk, S, Ev] (H a
+// multiple of Hk): out [B, H, L, Ev] laid out as [B, L, H, Ev]; the
+// logsumexp [B, H, L rounded up to 32] in float (0 rows when not asked
+// for); the dropout seed and offset, int64 scalars.
+std::optional<std::vector<OutputLayout>> AttentionOutputs(const std::vector<Arg>& a) {
+  if (a.size() < 5 || a[4].kind != K::Bool) return std::nullopt;
+  for (size_t i = 0; i < 3; ++i)
+    if (a[i].kind != K::Tensor || a[i].tensor.rank() != 4 || a[i].tensor.dtype() != a[0].tensor.dtype())
+      return std::nullopt;
+  const std::vector<int64_t>& q = a[0].tensor.shape();
+  const std::vector<int64_t>& k = a[1].tensor.shape();
+  const std::vector<int64_t>& v = a[2].tensor.shape();
+  if (k[0] != q[0] || v[0] != q[0] || k[1] != v[1] || k[1] < 1 || q[1] % k[1] != 0 || k[3] != q[3] || v[2] != k[2])
+    return std::nullopt;
+  if (a[3].kind == K::Tensor) {  // a bias broadcast to [B, H, L, S]
+    const std::vector<int64_t>& m = a[3].tensor.shape();
+    const std::vector<int64_t> scores{q[0], q[1], q[2], k[2]};
+    if (m.size() > 4) return std::nullopt;
+    for (size_t d = 0; d < m.size(); ++d)
+      if (m[m.size() - 1 - d] != 1 && m[m.size() - 1 - d] != scores[3 - d]) return std::nullopt;
+  } else if (!a[3].is_none()) {
+    return std::nullopt;
+  }
+  const int64_t rows = a[4].i ? (q[2] + 31) / 32 * 32 : 0;
+  return std::vector<OutputLayout>{
+      {TensorType{a[0].tensor.dtype(), {q[0], q[1], q[2], v[3]}}, {0, 2, 1, 3}},
+      {TensorType{E::F32, {q[0], q[1], rows}}, {0, 1, 2}},
+      {TensorType{E::I64, {}}, {}},
+      {TensorType{E::I64, {}}, {}}};
+}
+
 const bool registered = [] {
   // Its only randomness is dropout: at dropout_p == 0 it draws nothing, as on
   // CPU and CUDA (the generator stays where it was).
@@ -290,6 +322,7 @@ const bool registered = [] {
                                       }).Dynamic(AttentionStaticDims);
   forward.dynamic.stepped_outputs = true;
   forward.dynamic.draws_at_real_sizes = true;
+  forward.dynamic.derived_outputs = AttentionOutputs;
   Register("_scaled_dot_product_efficient_attention_backward", AttentionBackward)
       .Dynamic(AttentionBackwardStaticDims)
       .dynamic.front_window_args = {6};  // logsumexp

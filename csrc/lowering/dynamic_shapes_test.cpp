@@ -204,6 +204,25 @@ TEST(DynamicShapes, AttentionKeepsHeadsStaticAlsoInTraining) {
   EXPECT_EQ(StaticOf("_scaled_dot_product_efficient_attention", args), std::make_pair(heads, (const char*)nullptr));
 }
 
+TEST(DynamicShapes, AttentionStatesItsResults) {
+  // (query [2, 4, 5, 16], key [2, 2, 9, 16], value [2, 2, 9, 8], no bias, compute_log_sumexp)
+  std::vector<Arg> args = {TensorOf({2, 4, 5, 16}), TensorOf({2, 2, 9, 16}), TensorOf({2, 2, 9, 8}), Arg{},
+                           Literal(Arg::Kind::Bool, 1)};
+  const DerivedOutputs& derive = Find("_scaled_dot_product_efficient_attention")->dynamic.derived_outputs;
+  ASSERT_TRUE(derive);
+  auto outs = derive(args);
+  ASSERT_TRUE(outs.has_value());
+  ASSERT_EQ(outs->size(), 4u);
+  EXPECT_EQ((*outs)[0].type.shape, (std::vector<int64_t>{2, 4, 5, 8}));
+  EXPECT_EQ((*outs)[0].order, (std::vector<int64_t>{0, 2, 1, 3}));  // [B, L, H, Ev] in memory
+  EXPECT_EQ((*outs)[1].type.shape, (std::vector<int64_t>{2, 4, 32}));  // rows rounded up to 32
+  EXPECT_EQ((*outs)[1].type.dtype, ElementType::F32);
+  args[4].i = 0;
+  EXPECT_EQ((*derive(args))[1].type.shape, (std::vector<int64_t>{2, 4, 0}));
+  args[2] = TensorOf({3, 2, 9, 8});  // another batch: the meta kernel's
+  EXPECT_FALSE(derive(args).has_value());
+}
+
 TEST(DynamicShapes, AttentionBackwardKeepsHeadsStaticAlsoWithDropout) {
   // (grad_out, q, k, v, bias, out, logsumexp [b, h, L], seed, offset, dropout_p, ...)
   Arg dropout = Literal(Arg::Kind::Double);

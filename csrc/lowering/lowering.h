@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -147,6 +148,15 @@ struct SizeInt {
   int64_t Of(const std::vector<int64_t>& sizes, double scale = 1.0) const;
 };
 
+// One result of a rule: its type and its dims' order in memory (outermost
+// first; a dense tensor).
+struct OutputLayout {
+  TensorType type;
+  std::vector<int64_t> order;
+};
+// The results a rule's args give; nullopt for args it does not vouch for.
+using DerivedOutputs = std::function<std::optional<std::vector<OutputLayout>>(const std::vector<Arg>&)>;
+
 // Whether a rule may run bounded-dynamic: it stays correct when dims of its
 // inputs are bounded-dynamic (XLA's dynamic padder masks its reductions and
 // contractions), in its functional form and in its in-place forms on whole
@@ -206,6 +216,12 @@ struct DynamicShapes {
   // up to 32: whole when the rows are a multiple of 32). Such a window at the
   // front of its storage has a whole read's signature: one family of sizes.
   std::vector<size_t> front_window_args;
+  // Its results, for a rule whose PyTorch meta kernel is a Python function
+  // (about 100 us a call: attention's, at each new KV length of a decode
+  // loop): a new size of a dynamic signature takes them instead of that
+  // kernel (csrc/aten/spec_model.cpp). nullopt (args it does not vouch
+  // for): the meta kernel runs, and raises what it raises. Empty: none.
+  DerivedOutputs derived_outputs;
   // A random rule that draws its bits at its inputs' real sizes (RealSizes
   // into RandomBits): it may run dynamic, masked, and draws for the real
   // elements what it draws at the exact shape. Other random draws keep

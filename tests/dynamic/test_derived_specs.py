@@ -186,3 +186,36 @@ def test_generate_at_a_new_prompt_length_derives_specs():
     assert s["compiles"] == 0, s["compiles_by_op"]
     assert s["dynamic_derived_specs"] >= 20, s
 
+
+
+@pytest.mark.parametrize("lse", [False, True], ids=["no_logsumexp", "logsumexp"])
+@pytest.mark.parametrize("heads", [(4, 4), (4, 2)], ids=["mha", "gqa"])
+def test_attention_states_its_results_instead_of_the_python_meta_kernel(heads, lse):
+    """Attention's meta kernel is a Python function (about 100 us a call, at
+    each new KV length of a decode loop); its rule states its results
+    (`derived_outputs`): the fixture compares them with that kernel's at
+    every call, out's strides included ([B, L, H, Ev] in memory), the
+    logsumexp's rows rounded up to 32. Values equal CPU's SDPA."""
+    hq, hk = heads
+
+    def make(n):  # a decode step: 1 query row over n keys, with a mask
+        mask = torch.zeros(2, 1, 1, n)
+        mask[1, :, :, : n // 3] = -float("inf")
+        return torch.randn(2, hq, 1, 16), torch.randn(2, hk, n, 16), torch.randn(2, hk, n, 8), mask
+
+    for n in (33, 34, 35, 36):  # exact, then the 36-bucket
+        q, k, v, mask = make(n)
+        debug.reset_stats()
+        out, logsumexp, _, _ = torch.ops.aten._scaled_dot_product_efficient_attention(
+            q.to("tpu"), k.to("tpu"), v.to("tpu"), mask.to("tpu"), lse)
+        assert out.stride() == (hq * 8, 8, hq * 8, 1) and logsumexp.shape == (2, hq, 32 if lse else 0)
+        want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=hq != hk)
+        torch.testing.assert_close(out.cpu(), want, atol=1e-5, rtol=1e-5)
+        assert debug.stats()["dynamic_derived_specs"] == 1, debug.stats()
+        assert n < 35 or debug.stats()["compiles"] == 0, debug.stats()["compiles_by_op"]
+
+
+def test_attention_with_inconsistent_shapes_raises():
+    q, k, v = torch.randn(2, 4, 1, 16), torch.randn(2, 4, 9, 16), torch.randn(3, 4, 9, 8)  # v's batch differs
+    with pytest.raises(RuntimeError):
+        torch.ops.aten._scaled_dot_product_efficient_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"), None, False)[0].cpu()
