@@ -723,6 +723,9 @@ struct DynamicLayout {
   // Per input read (`reads`), per layout dim: one element of an already
   // padded storage at a position > 0, taken at run time (SlidingStarts).
   std::vector<std::vector<bool>> sliding;
+  // Per in-place destination written into part of its storage (`writes`),
+  // per layout dim: the same for its window (a KV cache's `cache[:, t] = x`).
+  std::vector<std::vector<bool>> write_sliding;
   // Per storage: read for its type only, not a module parameter: an
   // in-place destination whose old elements the op never reads
   // (RuleEntry::overwrites_destination), or a storage only empty views read.
@@ -1017,6 +1020,7 @@ bool PaddedStorages(const Plan& plan, DynamicLayout* lay) {
 // the window is no permutation of windows of its dims.
 bool PartialWrites(const Plan& plan, DynamicLayout* lay) {
   lay->writes.assign(plan.dests.size(), std::nullopt);
+  lay->write_sliding.assign(plan.dests.size(), {});
   for (size_t k = 0; k < plan.dests.size(); ++k) {
     const Dest& d = plan.dests[k];
     if (!d.tensor.defined() || d.geometry.whole) continue;
@@ -1029,6 +1033,7 @@ bool PartialWrites(const Plan& plan, DynamicLayout* lay) {
     const auto& w = lay->writes[k];
     if (!w || std::find(w->broadcast.begin(), w->broadcast.end(), true) != w->broadcast.end())
       return Refuse("in-place write to part of a storage no padded layout writes");
+    lay->write_sliding[k] = SlidingStarts(*w);
   }
   return true;
 }
@@ -1090,17 +1095,17 @@ void AppendBucketKey(const std::vector<int64_t>& bucket, const std::vector<bool>
 
 // A partial write's part of the key: the layout's padded dims and the
 // window (WritesFit checks the real sizes per call).
-void AppendWriteKey(const ViewRead& w, std::string* key) {
+void AppendWriteKey(const ViewRead& w, const std::vector<bool>& sliding, std::string* key) {
   *key += "W";
   for (size_t j = 0; j < w.view_dim.size(); ++j)
-    *key += std::to_string(w.layout.padded[j]) + "@" + std::to_string(w.start[j]) + "v" +
+    *key += std::to_string(w.layout.padded[j]) + "@" + (sliding[j] ? "?" : std::to_string(w.start[j])) + "v" +
             std::to_string(w.view_dim[j]) + ",";
 }
 
 std::string DynamicKey(const std::string& sig, const Plan& plan, const DynamicLayout& lay) {
   std::string key = "dyn|" + sig + "|";
-  for (const auto& w : lay.writes)
-    if (w) AppendWriteKey(*w, &key);
+  for (size_t k = 0; k < lay.writes.size(); ++k)
+    if (lay.writes[k]) AppendWriteKey(*lay.writes[k], lay.write_sliding[k], &key);
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     if (lay.overwritten[plan.inputs[i].storage]) {  // read for its type only
       AppendBucketKey(lay.in_bucket[i], lay.in_dynamic[i], &key);
@@ -1407,6 +1412,10 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
   for (size_t i = 0; i < plan.inputs.size(); ++i)
     for (bool sliding : lay.sliding[i])
       starts[i].push_back(sliding ? b.Parameter({ElementType::I32, {}}) : Value{});
+  std::vector<std::vector<Value>> write_starts(lay.writes.size());  // ... and of its writes
+  for (size_t k = 0; k < lay.writes.size(); ++k)
+    for (bool sliding : lay.write_sliding[k])
+      write_starts[k].push_back(sliding ? b.Parameter({ElementType::I32, {}}) : Value{});
   // An elementwise or row-independent call runs on the buckets' static arrays: no sizes set
   // (unless a result's buffer is larger than its bucket: a small size that followed its
   // input's buffer, 10, into a result kept at Bucket(10) = 16, is padded as a masked one).
@@ -1441,7 +1450,7 @@ std::string BuildDynamicModule(const Call& call, const DynamicLayout& lay,
     if (k < lay.writes.size() && lay.writes[k]) {  // into part of its storage's padded buffer
       Value update = GatheredStatic(b, result, dyn, dc.out_bucket[k]);
       Value buffer = params.at(plan.storage_param.at(plan.dests[k].storage));
-      outs.push_back(WritePaddedView(b, buffer, *lay.writes[k], update));
+      outs.push_back(WritePaddedView(b, buffer, *lay.writes[k], update, write_starts[k]));
     } else {
       outs.push_back(PadDynamic(b, result, dyn, dc.out_order[k], dc.out_buffer[k]));
     }
@@ -1597,7 +1606,7 @@ void KeepWrittenLayout(runtime::DeviceStorage* s, pjrt::BufferPtr buffer, const 
 
 // The runtime sizes (i32 parameters) of a dynamic call: its inputs' dynamic
 // dims, the real sizes outside the rows of its reshaped reads, then the
-// starts of its sliding windows.
+// starts of its sliding windows, read then written.
 std::vector<int64_t> RuntimeSizes(const Plan& plan, const DynamicLayout& lay) {
   std::vector<int64_t> sizes;
   for (size_t i = 0; i < plan.inputs.size(); ++i)
@@ -1610,6 +1619,9 @@ std::vector<int64_t> RuntimeSizes(const Plan& plan, const DynamicLayout& lay) {
   for (size_t i = 0; i < plan.inputs.size(); ++i)
     for (size_t j = 0; j < lay.sliding[i].size(); ++j)
       if (lay.sliding[i][j]) sizes.push_back(lay.reads[i]->start[j]);
+  for (size_t k = 0; k < lay.writes.size(); ++k)
+    for (size_t j = 0; j < lay.write_sliding[k].size(); ++j)
+      if (lay.write_sliding[k][j]) sizes.push_back(lay.writes[k]->start[j]);
   return sizes;
 }
 
@@ -1880,12 +1892,17 @@ double MostPadding(const Plan& plan, const DynamicLayout& lay) {
   return most;
 }
 
-// Whether `alt` has an executable; then `lay` and `key` become its.
+// Whether `alt` has an executable that fits the call; then `lay` and `key`
+// become its.
 bool TakeIfWarm(const Call& call, const std::string& sig, DynamicLayout&& alt, DynamicLayout* lay,
                 std::string* key) {
   if (!LayOutStorages(call, &alt)) return false;
   std::string alt_key = DynamicKey(sig, call.plan, alt);
-  if (!State().executables.count(alt_key)) return false;
+  auto found = State().executables.find(alt_key);
+  if (found == State().executables.end()) return false;
+  const DynamicCompiled& dc = found->second;  // as ExecutableFor checks a hit: else the call would run exact
+  if (!StaticResultsFit(dc.out_dynamic, dc.out_bucket, call) || !WritesFit(call, alt, dc.out_dynamic, dc.out_bucket))
+    return false;
   *lay = std::move(alt);
   *key = std::move(alt_key);
   return true;

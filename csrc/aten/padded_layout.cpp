@@ -323,7 +323,8 @@ hlo::Value ReadReshapedView(hlo::Builder& b, hlo::Value buffer, const ReshapedRe
   return ToView(b, b.Reshape(rows, extent), r, view_sizes);
 }
 
-hlo::Value WritePaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& write, hlo::Value update) {
+hlo::Value WritePaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& write, hlo::Value update,
+                           const std::vector<hlo::Value>& starts) {
   const StorageLayout& l = write.layout;
   // The update's dims of size > 1 (the ones a layout dim reads), in view order.
   std::vector<int64_t> kept_sizes, kept_dims;
@@ -340,9 +341,11 @@ hlo::Value WritePaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& w
     perm.push_back(std::find(kept_dims.begin(), kept_dims.end(), d) - kept_dims.begin());
   }
   hlo::Value v = b.Transpose(b.Reshape(update, kept_sizes), perm);  // layout order
-  std::vector<hlo::Value> starts;
-  for (int64_t s : write.start) starts.push_back(b.ConstantInt(hlo::ElementType::I64, s));
-  hlo::Value written = b.DynamicUpdateSlice(b.Reshape(buffer, l.padded), b.Reshape(v, extent), starts);
+  std::vector<hlo::Value> at;
+  for (size_t j = 0; j < write.start.size(); ++j)
+    at.push_back(j < starts.size() && starts[j].valid() ? b.Convert(starts[j], hlo::ElementType::I64)
+                                                        : b.ConstantInt(hlo::ElementType::I64, write.start[j]));
+  hlo::Value written = b.DynamicUpdateSlice(b.Reshape(buffer, l.padded), b.Reshape(v, extent), at);
   return b.Reshape(written, {buffer.type.numel()});
 }
 

@@ -119,7 +119,9 @@ hlo::Value ReadPaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& re
 
 // `buffer` (flat, at `write.layout.padded` sizes) with `update` (static, at
 // the view's sizes; the view reads no dim broadcast) written into the view's
-// window: the new flat buffer.
-hlo::Value WritePaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& write, hlo::Value update);
+// window: the new flat buffer. `starts`: per layout dim, a runtime start
+// (i32) that replaces the window's (invalid: the window's).
+hlo::Value WritePaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& write, hlo::Value update,
+                           const std::vector<hlo::Value>& starts = {});
 
 }  // namespace torch_tpu::aten

@@ -150,3 +150,23 @@ def test_memory_counters_include_the_padding():
     assert torch.tpu.memory_allocated() - base == (16 - 7) * 49 * 4
     del x
     assert torch.tpu.memory_allocated() == base - 7 * 49 * 4
+
+
+def test_writing_a_walking_window_of_a_padded_storage_does_not_recompile():
+    """`cache[:, t] = x` at each step t of a padded storage (zeros made by a
+    dynamic fill): the window's position along the storage is a runtime
+    start, not part of the key. It compiled 3 executables per step."""
+    for n in (5, 6, 7):  # zero_ runs dynamic from the second: the next zeros are a padded storage
+        torch.zeros(2, n, 4, device="tpu").cpu()
+    cache, ref = torch.zeros(2, 8, 4, device="tpu"), torch.zeros(2, 8, 4)
+    v = torch.arange(8.0).reshape(2, 4)
+    v_tpu = v.to("tpu")
+    compiles = []
+    for t in range(8):
+        for c, x in ((cache, v_tpu), (ref, v)):
+            c[:, t] = x + t
+            c[:, t].mul_(2)
+            c[1, t, 1:3].copy_(x[0, :2])
+        compiles.append(debug.stats()["compiles"])
+    assert compiles[2:] == [compiles[1]] * 6, compiles  # t = 0, then t = 1 (a runtime start), then none
+    assert torch.equal(cache.cpu(), ref)
