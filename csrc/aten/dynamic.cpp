@@ -677,7 +677,7 @@ int64_t WholeBufferSize(const Plan& plan, size_t i, size_t d) {
 // has (the op that made it chose it: following it moves nothing); the dims
 // of one small size in a call share the largest of their choices (a
 // broadcast partner or a contraction must match) unless `!share`: each dim
-// keeps its own (TakeWarmerBuckets tries it where a warm executable may).
+// keeps its own (TakeUnsharedSmallBuckets tries it on a miss).
 std::vector<std::vector<int64_t>> BucketSizes(const Plan& plan, const std::vector<std::vector<bool>>& dyn,
                                               const CallHints& hints, const SignatureState& st,
                                               bool share = true) {

@@ -259,7 +259,8 @@ const bool registered = [] {
   for (const char* name : {"pow.Tensor_Tensor", "pow.Tensor_Scalar"})
     Register(name, ArithRule(pow)).DynamicElementwise().dynamic.integers_exact = true;
   Register("pow.Scalar", ArithRule(pow)).DynamicElementwise().dynamic.integers_exact = true;
-  Register("maximum", ArithRule([](Builder& b, Value x, Value y) { return MaxMin(b, x, y, true); })).DynamicElementwise();
+  auto larger = [](Builder& b, Value x, Value y) { return MaxMin(b, x, y, true); };
+  Register("maximum", ArithRule(larger)).DynamicElementwise();
   Register("minimum", ArithRule([](Builder& b, Value x, Value y) { return MaxMin(b, x, y, false); })).DynamicElementwise();
   Register("atan2", ArithRule([](Builder& b, Value x, Value y) { return b.Binary("atan2", x, y); })).DynamicElementwise();
   Register("hypot", ArithRule([](Builder& b, Value x, Value y) {
@@ -420,8 +421,8 @@ const bool registered = [] {
     Value x = As(c.b, a[0], ct, out.shape), hi = As(c.b, a[1], ct, out.shape);
     return std::vector<Value>{c.b.Convert(Clamp(c.b, x, nullptr, &hi), out.dtype)};
   };
-  Register("clamp_min", ArithRule([](Builder& b, Value x, Value y) { return MaxMin(b, x, y, true); })).DynamicElementwise();
-  Register("clamp_min.Tensor", ArithRule([](Builder& b, Value x, Value y) { return MaxMin(b, x, y, true); })).DynamicElementwise();
+  Register("clamp_min", ArithRule(larger)).DynamicElementwise();
+  Register("clamp_min.Tensor", ArithRule(larger)).DynamicElementwise();
   Register("clamp_max", clamp_max).DynamicElementwise();
   Register("clamp_max.Tensor", clamp_max).DynamicElementwise();
   return true;

@@ -418,9 +418,6 @@ bool RowsOverLastDim(const std::vector<Arg>& a) {
   return x.kind == Arg::Kind::Tensor && x.tensor.rank() == 2 && WrapDim(a.at(a.size() > 3 ? 2 : 1).i, 2) == 1;
 }
 
-// The dims of self (arg 0) a reduction over the dims in arg `dims_arg` (an
-// int list: empty is every dim; or an int) keeps: its results are
-// independent along them (DynamicShapes::independent_dims).
 // Complex inputs run exact shapes (their rules reduce over the parts, which
 // carry no runtime sizes).
 void ComplexExact(const std::vector<Arg>& a, StaticDims& s) {
@@ -428,6 +425,9 @@ void ComplexExact(const std::vector<Arg>& a, StaticDims& s) {
     s.Exact("a complex reduction over its parts");
 }
 
+// The dims of self (arg 0) a reduction over the dims in arg `dims_arg` (an
+// int list: empty is every dim; or an int) keeps: its results are
+// independent along them (DynamicShapes::independent_dims).
 StaticDimsRule KeptDims(size_t dims_arg) {
   return [dims_arg](const std::vector<Arg>& a, StaticDims& s) {
     const int64_t rank = static_cast<int64_t>(s.Rank(0));

@@ -175,14 +175,8 @@ def test_indexing_behind_a_full_slice_stops_compiling(fn):
     # meta kernel at the bucket's sizes failed on it, and the signature ran
     # exact shapes from then on: one compile per batch size.
     idx = torch.tensor([3, 7])
-    compiles = []
-    for b in (4, 5, 3, 6, 7):
-        x = torch.randn(b, 256)
-        debug.reset_stats()
-        got = fn(x.to("tpu"), idx.to("tpu")).cpu()
-        compiles.append((debug.stats()["compiles"], debug.stats()["exact_reasons"]))
-        torch.testing.assert_close(got, fn(x, idx))
-    assert [c for c, _ in compiles[2:]] == [0, 0, 0], compiles
+    compiles = run_sizes(fn, lambda b: (torch.randn(b, 256), idx), (4, 5, 3, 6, 7), atol=1e-5)
+    assert compiles[2:] == [0, 0, 0], compiles
 
 
 def test_gather_at_new_index_lengths_stops_compiling_and_checks_its_bound():
