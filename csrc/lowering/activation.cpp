@@ -247,7 +247,7 @@ const bool registered = [] {
     const TensorType& buf = c.outputs.at(1);
     Value buffer = buf.shape == e.out.shape ? c.b.Convert(z, buf.dtype) : c.b.Splat(buf.dtype, 0, buf.shape);
     return std::vector<Value>{c.b.Convert(out, e.out.dtype), buffer};
-  });
+  }).Dynamic();
   // log_sigmoid_backward(grad_output, self, buffer)
   Register("log_sigmoid_backward", [](Context& c, const std::vector<Arg>& a) {
     Ew e(c);
@@ -257,7 +257,7 @@ const bool registered = [] {
     Value sign = e.Sel(neg, e.K_(1), e.K_(-1));
     Value z = e.Exp(e.b.Unary("negate", e.b.Unary("abs", x)));
     return e.Ret(e.Mul(dy, e.Sub(max_deriv, e.Mul(sign, e.Div(z, e.Add(e.K_(1), z))))));
-  });
+  }).Dynamic();
   // logit(self, eps?) = log(x / (1 - x)), x clamped to [eps, 1 - eps] when eps >= 0
   Register("logit", [](Context& c, const std::vector<Arg>& a) {
     Ew e(c);
@@ -289,7 +289,7 @@ const bool registered = [] {
     const TensorType& out = c.outputs.at(0);
     Glu g = GluHalves(b, b.Convert(a.at(0).tensor, ComputeType(out.dtype)), a.at(1).i);
     return std::vector<Value>{b.Convert(b.Binary("multiply", g.first, g.sigmoid), out.dtype)};
-  });
+  }).Dynamic(NamedDimsStatic(1, "the dim it halves"));
   // glu_backward(grad_output, self, dim)
   Register("glu_backward", [](Context& c, const std::vector<Arg>& a) {
     Builder& b = c.b;
@@ -302,6 +302,13 @@ const bool registered = [] {
     Value gb = b.Binary("multiply", b.Binary("multiply", ga, g.first),
                         b.Binary("subtract", one, g.sigmoid));
     return std::vector<Value>{b.Convert(b.Concatenate({ga, gb}, g.dim), out.dtype)};
+  }).Dynamic([](const std::vector<Arg>& a, StaticDims& s) {  // (grad_output, self, dim)
+    const int64_t rank = static_cast<int64_t>(s.Rank(1));
+    if (rank == 0) return;
+    const size_t d = static_cast<size_t>(WrapDim(a.at(2).i, rank));
+    s.Dim(0, d);
+    s.Dim(1, d);
+    s.Because("the dim it halves");
   });
   // _prelu_kernel(self, weight): x > 0 ? x : w * x (weight broadcasts)
   Register("_prelu_kernel", [](Context& c, const std::vector<Arg>& a) {

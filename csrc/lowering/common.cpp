@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 
 #include "lowering/lowering.h"
 
@@ -125,6 +126,47 @@ int64_t SizeInt::Of(const std::vector<int64_t>& sizes, double scale) const {
 void StaticDims::Last(size_t arg, size_t n) {
   size_t rank = Rank(arg);
   From(arg, rank > n ? rank - n : 0);
+}
+
+void ComplexExact(const std::vector<Arg>& a, StaticDims& s) {
+  if (!a.empty() && a[0].kind == Arg::Kind::Tensor && hlo::IsComplex(a[0].tensor.dtype()))
+    s.Exact("a complex op over its parts");
+}
+
+namespace {
+// The dims arg `dims_arg` names, wrapped to `rank` (an int, or an int list;
+// nullopt: an empty list, which means every dim).
+std::optional<std::vector<int64_t>> NamedDims(const std::vector<Arg>& a, size_t dims_arg, int64_t rank) {
+  std::vector<int64_t> dims = a[dims_arg].kind == Arg::Kind::Int ? std::vector<int64_t>{a[dims_arg].i}
+                                                                 : a[dims_arg].ints;
+  if (a[dims_arg].kind != Arg::Kind::Int && dims.empty()) return std::nullopt;
+  for (int64_t& d : dims) d = WrapDim(d, std::max<int64_t>(rank, 1));
+  return dims;
+}
+}  // namespace
+
+StaticDimsRule KeptDims(size_t dims_arg) {
+  return [dims_arg](const std::vector<Arg>& a, StaticDims& s) {
+    const int64_t rank = static_cast<int64_t>(s.Rank(0));
+    if (dims_arg >= a.size()) return;
+    std::optional<std::vector<int64_t>> reduced = NamedDims(a, dims_arg, rank);
+    if (!reduced) return;  // every dim
+    for (int64_t d = 0; d < rank; ++d)
+      if (std::find(reduced->begin(), reduced->end(), d) == reduced->end()) s.Dim(0, static_cast<size_t>(d));
+  };
+}
+
+StaticDimsRule NamedDimsStatic(size_t dims_arg, const char* because) {
+  return [dims_arg, because](const std::vector<Arg>& a, StaticDims& s) {
+    ComplexExact(a, s);
+    const int64_t rank = static_cast<int64_t>(s.Rank(0));
+    s.Because(because);
+    if (rank == 0) return;
+    if (dims_arg >= a.size()) return s.All(0);
+    std::optional<std::vector<int64_t>> dims = NamedDims(a, dims_arg, rank);
+    if (!dims) return s.All(0);
+    for (int64_t d : *dims) s.Dim(0, static_cast<size_t>(d));
+  };
 }
 
 uint64_t DrawPerOutputElement(const std::vector<Arg>&, const std::vector<TensorType>& outputs) {
@@ -335,6 +377,23 @@ Value ElementCount(Builder& b, const Value& x, const std::vector<int64_t>& dims,
   }
   if (!n.valid()) return b.Constant(t, static_cast<double>(fixed));
   return b.Convert(b.Binary("multiply", n, b.ConstantInt(ElementType::I32, fixed)), t);
+}
+
+Value BroadcastCount(Builder& b, const Value& x, const Value& y, const std::vector<int64_t>& shape, ElementType t) {
+  int64_t fixed = 1;
+  Value n;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+    Value size;  // the runtime size of a dim dynamic in x or y
+    for (const Value* v : {&x, &y}) {
+      const int64_t vd = d - static_cast<int64_t>(shape.size()) + v->rank();
+      if (vd >= 0 && vd < static_cast<int64_t>(v->type.dynamic.size()) && v->type.dynamic[vd])
+        size = ElementCount(b, *v, {vd}, 1, t);
+    }
+    if (!size.valid()) fixed *= shape[d];
+    else n = n.valid() ? b.Binary("multiply", n, size) : size;
+  }
+  Value count = b.Constant(t, static_cast<double>(fixed));
+  return n.valid() ? b.Binary("multiply", n, count) : count;
 }
 
 Value StaticFilled(Builder& b, Value x, double fill) {

@@ -50,10 +50,12 @@ std::vector<Value> CumMaxMin(Context& c, const std::vector<Arg>& a, bool is_max)
 }
 
 const bool registered = [] {
+  // Bounded dynamic: the scan runs from the first element, so the padding
+  // after the real ones never reaches them.
   Register("cummax", [](Context& c, const std::vector<Arg>& a) { return CumMaxMin(c, a, true); },
-           {"cummax.out"});
+           {"cummax.out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   Register("cummin", [](Context& c, const std::vector<Arg>& a) { return CumMaxMin(c, a, false); },
-           {"cummin.out"});
+           {"cummin.out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   return true;
 }();
 

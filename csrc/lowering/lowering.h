@@ -127,6 +127,18 @@ class StaticDims {
 };
 using StaticDimsRule = std::function<void(const std::vector<Arg>&, StaticDims&)>;
 
+// Complex inputs run exact shapes (their rules work on the parts, which
+// carry no runtime sizes).
+void ComplexExact(const std::vector<Arg>& a, StaticDims& s);
+// The dims of self (arg 0) a reduction or scan over the dims in arg
+// `dims_arg` (an int list: empty is every dim; or an int) keeps: its results
+// are independent along them (DynamicShapes::independent_dims).
+StaticDimsRule KeptDims(size_t dims_arg);
+// The dims of self (arg 0) named by int or int-list arg `dims_arg` stay
+// static (a flip's or a roll's: the padding would move into the real
+// elements), `because` (a string literal) says why; complex inputs run exact.
+StaticDimsRule NamedDimsStatic(size_t dims_arg, const char* because);
+
 // An int arg (or element `element` of an int list arg) that is the product
 // of dims [first, last) of tensor arg `tensor_arg` (last < 0: to its rank):
 // group norm's N, C and HxW, the batch in an upsampling backward's
@@ -369,6 +381,10 @@ Value Coordinates(Builder& b, Value index, int64_t dim);
 // bounded-dynamic (a ragged batch, a new image size), so that a mean never
 // counts the padding.
 Value ElementCount(Builder& b, const Value& x, const std::vector<int64_t>& dims, int64_t times, ElementType t);
+// The number of elements of `shape`, the broadcast of x and y (a loss's
+// input and target), as a rank-0 value of type t: a dim bounded-dynamic in
+// either counts at run time.
+Value BroadcastCount(Builder& b, const Value& x, const Value& y, const std::vector<int64_t>& shape, ElementType t);
 // x with its bounded-dynamic dims made static at their bounds, the elements
 // past each dim's runtime size set to `fill` (a convolution's zeros: a
 // window op then runs static at the bucket, and each real result element

@@ -123,24 +123,6 @@ std::vector<Value> NllBackward(Context& c, const std::vector<Arg>& a) {
   return {c.b.Convert(c.b.Reshape(grad, out.shape), out.dtype)};
 }
 
-// The number of elements of `shape`, the broadcast of self and target, as a
-// rank-0 value of type t: a dim bounded-dynamic in either counts at run time.
-Value MseCount(Builder& b, const Value& self, const Value& target, const std::vector<int64_t>& shape, ElementType t) {
-  int64_t fixed = 1;
-  Value n;
-  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
-    Value size;  // the runtime size of a dim dynamic in self or target
-    for (const Value* v : {&self, &target}) {
-      const int64_t vd = d - static_cast<int64_t>(shape.size()) + v->rank();
-      if (vd >= 0 && vd < static_cast<int64_t>(v->type.dynamic.size()) && v->type.dynamic[vd])
-        size = ElementCount(b, *v, {vd}, 1, t);
-    }
-    if (!size.valid()) fixed *= shape[d];
-    else n = n.valid() ? b.Binary("multiply", n, size) : size;
-  }
-  Value count = b.Constant(t, static_cast<double>(fixed));
-  return n.valid() ? b.Binary("multiply", n, count) : count;
-}
 
 const bool registered = [] {
   Register("threshold_backward", [](Context& c, const std::vector<Arg>& a) {
@@ -190,7 +172,7 @@ const bool registered = [] {
   Register("nll_loss2d_forward", NllForward);
   Register("nll_loss2d_backward", NllBackward);
   // mse_loss(self, target, int reduction=Mean). Bounded dynamic shapes: a
-  // mean counts the real elements (MseCount); XLA masks the sum.
+  // mean counts the real elements (BroadcastCount); XLA masks the sum.
   Register("mse_loss", [](Context& c, const std::vector<Arg>& a) {
     const TensorType& out = c.outputs.at(0);
     ElementType ct = ComputeType(out.dtype);
@@ -199,7 +181,7 @@ const bool registered = [] {
     Value sq = c.b.Binary("multiply", d, d);
     Value r = sq;
     if (a[2].i == kSum) r = SumAll(c.b, sq);
-    if (a[2].i == kMean) r = c.b.Binary("divide", SumAll(c.b, sq), MseCount(c.b, a[0].tensor, a[1].tensor, shape, ct));
+    if (a[2].i == kMean) r = c.b.Binary("divide", SumAll(c.b, sq), BroadcastCount(c.b, a[0].tensor, a[1].tensor, shape, ct));
     return std::vector<Value>{c.b.Convert(c.b.Reshape(r, out.shape), out.dtype)};
   }).Dynamic();
   // mse_loss_backward(grad_output, self, target, int reduction)
@@ -210,7 +192,7 @@ const bool registered = [] {
     Value g = As(c.b, a[0], ct, out.shape);
     Value scale = c.b.Constant(ct, 2.0);
     if (a[3].i == kMean) {
-      Value n = c.b.Binary("maximum", MseCount(c.b, a[1].tensor, a[2].tensor, out.shape, ct), c.b.Constant(ct, 1));
+      Value n = c.b.Binary("maximum", BroadcastCount(c.b, a[1].tensor, a[2].tensor, out.shape, ct), c.b.Constant(ct, 1));
       scale = c.b.Binary("divide", scale, n);
     }
     Value r = c.b.Binary("multiply", c.b.Binary("multiply", d, g), c.b.BroadcastInDim(scale, out.shape, {}));

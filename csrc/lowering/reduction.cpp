@@ -50,7 +50,7 @@ int64_t Count(const Value& x, const std::vector<int64_t>& dims) {
 }
 
 // The dims of x that survive reducing `dims` (for broadcasting back).
-std::vector<int64_t> KeptDims(int64_t rank, const std::vector<int64_t>& dims) {
+std::vector<int64_t> SurvivingDims(int64_t rank, const std::vector<int64_t>& dims) {
   std::vector<int64_t> kept;
   for (int64_t i = 0; i < rank; ++i) {
     bool reduced = false;
@@ -62,7 +62,7 @@ std::vector<int64_t> KeptDims(int64_t rank, const std::vector<int64_t>& dims) {
 
 // A reduced value broadcast back to the shape of the unreduced `like`.
 Value Expand(Builder& b, Value reduced, const Value& like, const std::vector<int64_t>& dims) {
-  return b.BroadcastInDim(reduced, like.shape(), KeptDims(like.rank(), dims));
+  return b.BroadcastInDim(reduced, like.shape(), SurvivingDims(like.rank(), dims));
 }
 
 Value Fill(Builder& b, const Value& like, double v) { return b.Splat(like.dtype(), v, like.shape()); }
@@ -418,29 +418,6 @@ bool RowsOverLastDim(const std::vector<Arg>& a) {
   return x.kind == Arg::Kind::Tensor && x.tensor.rank() == 2 && WrapDim(a.at(a.size() > 3 ? 2 : 1).i, 2) == 1;
 }
 
-// Complex inputs run exact shapes (their rules reduce over the parts, which
-// carry no runtime sizes).
-void ComplexExact(const std::vector<Arg>& a, StaticDims& s) {
-  if (!a.empty() && a[0].kind == Arg::Kind::Tensor && hlo::IsComplex(a[0].tensor.dtype()))
-    s.Exact("a complex reduction over its parts");
-}
-
-// The dims of self (arg 0) a reduction over the dims in arg `dims_arg` (an
-// int list: empty is every dim; or an int) keeps: its results are
-// independent along them (DynamicShapes::independent_dims).
-StaticDimsRule KeptDims(size_t dims_arg) {
-  return [dims_arg](const std::vector<Arg>& a, StaticDims& s) {
-    const int64_t rank = static_cast<int64_t>(s.Rank(0));
-    if (dims_arg >= a.size()) return;
-    std::vector<int64_t> reduced = a[dims_arg].kind == Arg::Kind::Int ? std::vector<int64_t>{a[dims_arg].i}
-                                                                      : a[dims_arg].ints;
-    if (a[dims_arg].kind != Arg::Kind::Int && reduced.empty()) return;  // every dim
-    for (int64_t& d : reduced) d = WrapDim(d, rank);
-    for (int64_t d = 0; d < rank; ++d)
-      if (std::find(reduced.begin(), reduced.end(), d) == reduced.end()) s.Dim(0, static_cast<size_t>(d));
-  };
-}
-
 const bool registered = [] {
   // Out= variants take the functional's arguments first, then the outputs.
   Register("sum", SumRule(-1, false), {"sum.out"}).Dynamic();
@@ -454,8 +431,8 @@ const bool registered = [] {
   Register("amin", ExtremeRule(1, false), {"amin.out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   Register("max", ExtremeRule(-1, true), {"max.unary_out"}).Dynamic();
   Register("min", ExtremeRule(-1, false), {"min.unary_out"}).Dynamic();
-  Register("max.dim", ExtremeDimRule(true), {"max.dim_max"});
-  Register("min.dim", ExtremeDimRule(false), {"min.dim_min"});
+  Register("max.dim", ExtremeDimRule(true), {"max.dim_max"}).Dynamic().dynamic.independent_dims = KeptDims(1);
+  Register("min.dim", ExtremeDimRule(false), {"min.dim_min"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   Register("argmax", ArgRule(true), {"argmax.out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   Register("argmin", ArgRule(false), {"argmin.out"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   Register("var.correction", VarRule(false, false), {"var.correction_out"}).Dynamic(ComplexExact).dynamic.independent_dims = KeptDims(1);
@@ -488,7 +465,8 @@ const bool registered = [] {
   safe.dynamic.independent_dims = KeptDims(1);
   Register("linalg_vector_norm", VectorNorm, {"linalg_vector_norm.out"}).Dynamic(ComplexExact).dynamic.independent_dims = KeptDims(2);
   Register("cumsum", CumulativeRule(false), {"cumsum.out", "cumsum_"}).Dynamic().dynamic.independent_dims = KeptDims(1);
-  Register("cumprod", CumulativeRule(true), {"cumprod.out", "cumprod_"});
+  // A scan runs from the first element: the padding after the real ones adds nothing to them.
+  Register("cumprod", CumulativeRule(true), {"cumprod.out", "cumprod_"}).Dynamic().dynamic.independent_dims = KeptDims(1);
   return true;
 }();
 

@@ -151,7 +151,7 @@ std::vector<Value> CdistBackwardRule(Context& c, const std::vector<Arg>& a) {
 
 const bool registered = [] {
   Register("_cdist_backward", CdistBackwardRule);
-  Register("_logcumsumexp", LogCumSumExpRule);
+  Register("_logcumsumexp", LogCumSumExpRule).Dynamic(ComplexExact).dynamic.independent_dims = KeptDims(1);
   Register("_cdist_forward", CdistRule);
   return true;
 }();

@@ -214,6 +214,18 @@ std::vector<Value> Repeat(Context& c, const std::vector<Arg>& a) {
   return One(b.Reshape(b.BroadcastInDim(x, wide, dims), out.shape));
 }
 
+// repeat under bounded dynamic shapes: a dim repeated more than once stays
+// static (its copies would be separated by padding); the others run dynamic.
+void RepeatedDimsStatic(const std::vector<Arg>& a, StaticDims& s) {
+  ComplexExact(a, s);
+  const std::vector<int64_t>& reps = a.at(1).ints;
+  const size_t rank = s.Rank(0);
+  if (reps.size() < rank) return;  // the rule rejects it
+  for (size_t d = 0; d < rank; ++d)
+    if (reps[reps.size() - rank + d] != 1) s.Dim(0, d);
+  s.Because("a dim it repeats");
+}
+
 // ---------------------------------------------------------------- filling
 
 std::vector<Value> FillRule(Context& c, const std::vector<Arg>& a) {
@@ -391,6 +403,18 @@ StaticDimsRule IndexedDimStatic(const char* because) {
   };
 }
 
+// index_add(self, dim, index, source, alpha) runs dynamic in its index
+// length only: self is static (its dim is the indices' bound), and so are
+// source's other dims (XLA's padder rejects a scatter whose update window
+// dims are dynamic apart from the operand's: XLNet's relative attention).
+void IndexAddStaticDims(const std::vector<Arg>& a, StaticDims& s) {
+  s.All(0);
+  const int64_t rank = static_cast<int64_t>(s.Rank(3));
+  for (int64_t d = 0; d < rank; ++d)
+    if (a.at(1).kind != Arg::Kind::Int || d != WrapDim(a[1].i, rank)) s.Dim(3, static_cast<size_t>(d));
+  s.Because("index_add's self, and its source but along its index");
+}
+
 const bool registered = [] {
   Register("cat", Cat).Dynamic();
   Register("stack", Stack).Dynamic();
@@ -416,18 +440,20 @@ const bool registered = [] {
   Register("eye.out", Eye);
   Register("eye.m_out", Eye);
 
-  Register("flip", Flip);
-  Register("roll", Roll);
+  // The dims a flip or a roll moves stay static (the padding would land among
+  // the real elements); the others run dynamic.
+  Register("flip", Flip).Dynamic(NamedDimsStatic(1, "the dims it flips"));
+  Register("roll", Roll).Dynamic(NamedDimsStatic(2, "the dims it rolls (all when it rolls the flattened tensor)"));
   // Masks by each element's position (iota): the padding's positions come after.
   Register("tril", Triangle(true)).DynamicElementwise();
   Register("triu", Triangle(false)).DynamicElementwise();
-  Register("repeat", Repeat);
+  Register("repeat", Repeat).Dynamic(RepeatedDimsStatic);
   Register("masked_fill.Scalar", MaskedFill).DynamicElementwise();
   Register("masked_fill.Tensor", MaskedFill).DynamicElementwise();
   Register("constant_pad_nd", ConstantPadNd).Dynamic(ConstantPadStaticDims);
 
   Register("embedding", Embedding).Dynamic();
-  Register("index_select", IndexSelect);
+  Register("index_select", IndexSelect).Dynamic(IndexedDimStatic("the dim it selects along (the indices' bound)"));
   // New index lengths run dynamic (BERT's token types gathered at each
   // position); the dim gathered along stays static: the index bound is its size.
   Register("gather", GatherRule).Dynamic(IndexedDimStatic("the dim it gathers along (the indices' bound)"));
@@ -452,7 +478,7 @@ const bool registered = [] {
     Value v = Fill(c.b, a[3].tensor, out.dtype, a[2].tensor.shape());
     return One(ScatterAlong(c, out, a[0].tensor, a[1].i, a[2].tensor, v, ReduceOp(a[4].s)));
   }).Dynamic(IndexedDimStatic("the dim it scatters along (the indices' bound)"));
-  Register("index_add", IndexAdd);
+  Register("index_add", IndexAdd).Dynamic(IndexAddStaticDims);
   return true;
 }();
 
