@@ -836,6 +836,19 @@ StorageLayout CurrentLayout(const runtime::DeviceStorage& s, const TensorIn& in)
 bool FitsWindow(const ViewRead& r, size_t j, int64_t bucket) { return r.start[j] + bucket <= r.layout.padded[j]; }
 bool PadsWhole(const ViewRead& r, size_t j, int64_t size) { return r.start[j] == 0 && r.layout.real[j] == size; }
 
+// A dynamic view dim reading layout dim `j` but for a few elements at its
+// ends (`x[:, 1:]` and `x[:, :-1]` of a diff or a label shift): the dim
+// padded so that the window's bucket fits after its start, to the bucket of
+// start + bucket + the elements after the window (so the windows of one start
+// and end at sizes of one bucket share a layout, and diff's two windows of
+// one storage agree). -1 when more than a quarter of the bucket is cut off:
+// a window of a larger storage keeps exact shapes, not a copy of it.
+int64_t TrimmedWindowPadding(const ViewRead& r, size_t j, int64_t size, int64_t bucket) {
+  const int64_t tail = r.layout.real[j] - r.start[j] - size;
+  if (tail < 0 || 4 * (r.start[j] + tail) > bucket) return -1;
+  return Bucket(r.start[j] + bucket + tail);
+}
+
 // Whether storage dim j of a read of an exact storage is read at one
 // element of several (`ids[:, -1]` of a batch): it takes ReadBucket().
 bool ReadAtOneElement(const ViewRead& r, size_t j, bool exact_storage) {
@@ -880,6 +893,10 @@ std::optional<StorageLayout> NeededLayout(const Plan& plan, size_t i, const std:
       continue;
     } else if (PadsWhole(*read, j, in.geometry.sizes[d])) {
       l.padded[j] = bucket[d];
+    } else if (!exact) {
+      continue;  // a window past a padded storage's end: read to the end, zeros after (ReadPaddedView)
+    } else if (int64_t padded = TrimmedWindowPadding(*read, j, in.geometry.sizes[d], bucket[d]); padded >= 0) {
+      l.padded[j] = padded;
     } else {
       return std::nullopt;
     }
@@ -963,6 +980,16 @@ void RememberBuckets(const Plan& plan, const DynamicLayout& lay, SignatureState*
   }
 }
 
+// Two layouts of one storage's dims, split alike, as one whose every dim
+// holds both (diff's `x[:, 1:]` needs a padded dim, `x[:, :-1]` fits the
+// dim as it is); nullopt when they split the dims differently.
+std::optional<StorageLayout> Wider(const StorageLayout& a, const StorageLayout& b) {
+  if (a.real != b.real || a.padded.size() != b.padded.size()) return std::nullopt;
+  StorageLayout w = a;
+  for (size_t j = 0; j < w.padded.size(); ++j) w.padded[j] = std::max(a.padded[j], b.padded[j]);
+  return w;
+}
+
 // Which storages the executable takes padded (read through a dynamic dim),
 // in which layout, and how each input of such a storage reads it; false
 // (exact shapes) when a view cannot be read from a padded layout.
@@ -982,8 +1009,10 @@ bool PaddedStorages(const Plan& plan, DynamicLayout* lay) {
         : NeededLayout(plan, i, lay->in_dynamic[i], lay->in_bucket[i], lay->signature);
     if (!l) return Refuse("a dynamic input is a view no padded layout reads");
     if (Numel(l->padded) >= (int64_t{1} << 31)) return Refuse("bucket over 2^31 elements");
-    if (lay->capacity[s] >= 0 && !SameLayout(lay->storage_layout[s], *l))
-      return Refuse("a padded storage read two ways");
+    if (lay->capacity[s] >= 0 && !SameLayout(lay->storage_layout[s], *l)) {
+      l = Wider(lay->storage_layout[s], *l);  // each read is checked against it below
+      if (!l) return Refuse("a padded storage read two ways");
+    }
     lay->capacity[s] = Numel(l->padded);
     lay->storage_layout[s] = *l;
   }
@@ -1007,8 +1036,8 @@ bool PaddedStorages(const Plan& plan, DynamicLayout* lay) {
     for (size_t j = 0; j < r.view_dim.size(); ++j) {
       int d = r.view_dim[j];
       if (d < 0 || !lay->in_dynamic[i][d]) continue;  // a static window of real elements
-      bool padded_whole = PadsWhole(r, j, in.geometry.sizes[d]) && r.layout.padded[j] == lay->in_bucket[i][d];
-      if (!padded_whole && !FitsWindow(r, j, lay->in_bucket[i][d])) return Refuse("a padded storage read two ways");
+      // A window past the buffer's end reads to the end (ReadPaddedView).
+      if (r.start[j] >= r.layout.padded[j]) return Refuse("a padded storage read two ways");
     }
   }
   return true;
@@ -1039,19 +1068,19 @@ bool PartialWrites(const Plan& plan, DynamicLayout* lay) {
 }
 
 // Whether each dynamic result dim written into part of a storage covers that
-// storage dim's real elements from 0 within its padded size: the result's
-// padding (at its bucket) then lands on the storage's padding only.
-bool WritesFit(const Call& call, const DynamicLayout& lay, const std::vector<std::vector<bool>>& dyn,
-               const std::vector<std::vector<int64_t>>& bucket) {
+// storage dim's real elements to their end (from 0, or from a start:
+// BART's `shifted[:, 1:] = ids[:, :-1]`): the result's padding (at its
+// bucket) then lands on the storage's padding only, cut at the buffer's end
+// (WritePaddedView).
+bool WritesFit(const Call& call, const DynamicLayout& lay, const std::vector<std::vector<bool>>& dyn) {
   for (size_t k = 0; k < lay.writes.size(); ++k) {
     if (!lay.writes[k]) continue;
     const ViewRead& w = *lay.writes[k];
     for (size_t j = 0; j < w.view_dim.size(); ++j) {
       const int d = w.view_dim[j];
       if (d < 0 || !dyn[k][d]) continue;
-      bool whole_real = w.start[j] == 0 && call.specs[k].sizes[d] == w.layout.real[j];
-      if (!whole_real || bucket[k][d] > w.layout.padded[j])
-        return Refuse("in-place write to part of a storage, a dynamic dim not whole");
+      if (w.start[j] + call.specs[k].sizes[d] != w.layout.real[j])
+        return Refuse("in-place write to part of a storage, a dynamic dim not to its end");
     }
   }
   return true;
@@ -1542,7 +1571,7 @@ DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const 
     dc.out_buffer.push_back(buffer);
     dc.out_product.push_back(product);
   }
-  if (!StaticResultsFit(dc.out_dynamic, dc.out_bucket, call) || !WritesFit(call, lay, dc.out_dynamic, dc.out_bucket)) {
+  if (!StaticResultsFit(dc.out_dynamic, dc.out_bucket, call) || !WritesFit(call, lay, dc.out_dynamic)) {
     *unfit = true;
     return nullptr;
   }
@@ -1703,7 +1732,7 @@ DynamicCompiled* ExecutableFor(const std::string& key, const Call& call, const c
   auto found = state.executables.find(key);
   if (found != state.executables.end()) {
     DynamicCompiled* dc = &found->second;
-    if (!StaticResultsFit(dc->out_dynamic, dc->out_bucket, call) || !WritesFit(call, lay, dc->out_dynamic, dc->out_bucket))
+    if (!StaticResultsFit(dc->out_dynamic, dc->out_bucket, call) || !WritesFit(call, lay, dc->out_dynamic))
       return nullptr;
     CountDynamicHit();
     return dc;
@@ -1901,7 +1930,7 @@ bool TakeIfWarm(const Call& call, const std::string& sig, DynamicLayout&& alt, D
   auto found = State().executables.find(alt_key);
   if (found == State().executables.end()) return false;
   const DynamicCompiled& dc = found->second;  // as ExecutableFor checks a hit: else the call would run exact
-  if (!StaticResultsFit(dc.out_dynamic, dc.out_bucket, call) || !WritesFit(call, alt, dc.out_dynamic, dc.out_bucket))
+  if (!StaticResultsFit(dc.out_dynamic, dc.out_bucket, call) || !WritesFit(call, alt, dc.out_dynamic))
     return false;
   *lay = std::move(alt);
   *key = std::move(alt_key);

@@ -210,19 +210,33 @@ hlo::Value ReadPaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& re
                           const std::vector<int64_t>& view_sizes, const std::vector<hlo::Value>& starts) {
   const StorageLayout& l = read.layout;
   hlo::Value v = b.Reshape(buffer, l.padded);
-  std::vector<int64_t> extent = ReadExtents(read, view_sizes), limit(l.padded.size());
-  if (std::any_of(starts.begin(), starts.end(), [](const hlo::Value& s) { return s.valid(); })) {
+  std::vector<int64_t> extent = ReadExtents(read, view_sizes);
+  // A window from a static start whose bucket runs past the buffer's end
+  // (`x[:, 1:]` of a dim padded to 8, at bucket 8) reads to the end; zeros
+  // stand for the rest, which is padding (the window's real elements are
+  // inside the real ones).
+  std::vector<int64_t> cut = extent, past(l.padded.size(), 0);
+  bool runtime_starts = false;
+  for (size_t j = 0; j < l.padded.size(); ++j) {
+    const bool runtime = j < starts.size() && starts[j].valid();
+    runtime_starts |= runtime;
+    if (!runtime) cut[j] = std::min(extent[j], l.padded[j] - read.start[j]);
+    past[j] = extent[j] - cut[j];
+  }
+  if (runtime_starts) {
     std::vector<hlo::Value> at;
     for (size_t j = 0; j < l.padded.size(); ++j)
-      at.push_back(starts[j].valid() ? starts[j] : b.ConstantInt(hlo::ElementType::I32, read.start[j]));
-    return ToView(b, b.DynamicSlice(v, at, extent), read, view_sizes);
+      at.push_back(j < starts.size() && starts[j].valid() ? starts[j] : b.ConstantInt(hlo::ElementType::I32, read.start[j]));
+    v = b.DynamicSlice(v, at, cut);
+  } else if (read.start != std::vector<int64_t>(l.padded.size(), 0) || cut != l.padded) {
+    std::vector<int64_t> limit(l.padded.size());
+    for (size_t j = 0; j < limit.size(); ++j) limit[j] = read.start[j] + cut[j];
+    v = b.Slice(v, read.start, limit, std::vector<int64_t>(l.padded.size(), 1));
   }
-  bool windowed = false;
-  for (size_t j = 0; j < l.padded.size(); ++j) {
-    limit[j] = read.start[j] + extent[j];
-    windowed |= read.start[j] != 0 || limit[j] != l.padded[j];
+  if (cut != extent) {
+    std::vector<int64_t> zeros(past.size(), 0);
+    v = b.Pad(v, b.ConstantInt(v.dtype(), 0), zeros, past, zeros);
   }
-  if (windowed) v = b.Slice(v, read.start, limit, std::vector<int64_t>(l.padded.size(), 1));
   return ToView(b, v, read, view_sizes);
 }
 
@@ -340,12 +354,19 @@ hlo::Value WritePaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& w
     extent[j] = update.shape()[d];
     perm.push_back(std::find(kept_dims.begin(), kept_dims.end(), d) - kept_dims.begin());
   }
-  hlo::Value v = b.Transpose(b.Reshape(update, kept_sizes), perm);  // layout order
+  hlo::Value v = b.Reshape(b.Transpose(b.Reshape(update, kept_sizes), perm), extent);  // layout order
+  // A window running past the buffer's end (its bucket from a start > 0) is
+  // cut there: only its padding does (the caller checks).
+  std::vector<int64_t> limit = extent;
+  for (size_t j = 0; j < limit.size(); ++j)
+    if (!(j < starts.size() && starts[j].valid()) && write.start[j] + extent[j] > l.padded[j])
+      limit[j] = l.padded[j] - write.start[j];
+  if (limit != extent) v = b.Slice(v, std::vector<int64_t>(limit.size(), 0), limit, std::vector<int64_t>(limit.size(), 1));
   std::vector<hlo::Value> at;
   for (size_t j = 0; j < write.start.size(); ++j)
     at.push_back(j < starts.size() && starts[j].valid() ? b.Convert(starts[j], hlo::ElementType::I64)
                                                         : b.ConstantInt(hlo::ElementType::I64, write.start[j]));
-  hlo::Value written = b.DynamicUpdateSlice(b.Reshape(buffer, l.padded), b.Reshape(v, extent), at);
+  hlo::Value written = b.DynamicUpdateSlice(b.Reshape(buffer, l.padded), v, at);
   return b.Reshape(written, {buffer.type.numel()});
 }
 

@@ -119,7 +119,8 @@ hlo::Value ReadPaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& re
 
 // `buffer` (flat, at `write.layout.padded` sizes) with `update` (static, at
 // the view's sizes; the view reads no dim broadcast) written into the view's
-// window: the new flat buffer. `starts`: per layout dim, a runtime start
+// window: the new flat buffer. A window from a static start that runs past the
+// buffer's end is cut there (the caller makes sure only padding does). `starts`: per layout dim, a runtime start
 // (i32) that replaces the window's (invalid: the window's).
 hlo::Value WritePaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& write, hlo::Value update,
                            const std::vector<hlo::Value>& starts = {});

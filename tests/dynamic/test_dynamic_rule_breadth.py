@@ -2,7 +2,7 @@
 dim, scans (cumprod, cummax, cummin, logcumsumexp), glu, flip and roll of the other
 dims, repeat, index_select and index_add along a new index length, the piecewise
 losses (huber, smooth L1, binary cross entropy) and log-sigmoid with their
-backward.
+backward, and a diff's two windows of one storage (`x[:, 1:] - x[:, :-1]`).
 
 Each case runs at lengths 12 and 14 (the second makes its signatures dynamic, bucket
 16), then at 13, 15 and 11: results equal PyTorch's on the CPU, and those three
@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import torch_tpu
 from torch_tpu import debug
 
 pytestmark = pytest.mark.usefixtures("auto_dynamic_shapes")  # conftest.py
@@ -133,3 +134,25 @@ def test_log_sigmoid_and_its_backward():
 
     new_lengths_compile_nothing(fn, lambda n, g: (torch.randn(2, n, 5, generator=g),))
 
+
+def test_a_diff_reads_two_windows_of_one_storage():
+    # x[:, 1:] needs the storage's dim padded past its bucket; x[:, :-1] fits it as it
+    # is: the call takes one layout both read.
+    new_lengths_compile_nothing(lambda x: x[:, 1:] - x[:, :-1], rows)
+    new_lengths_compile_nothing(lambda x: torch.diff(x, dim=1), rows)
+    new_lengths_compile_nothing(lambda x: x[:, 2:] * x[:, :-2], rows)
+
+
+def test_a_window_past_a_padded_buffers_end_reads_it_in_place():
+    # h[:, 1:] of a padded result (rows in bucket 16) at the window's bucket 16 runs past
+    # the buffer's end: the module reads to the end and zeros after, and h keeps its
+    # buffer (no copy into a larger layout).
+    def fn(x):
+        h = torch.exp(x)
+        d = h[:, 1:] - h[:, :-1]
+        if h.device.type == "tpu":
+            padded = torch_tpu._C._padded_shape(h)  # [] for the first length's exact storage
+            assert padded in ([], [3, 16, 7]), padded
+        return d
+
+    new_lengths_compile_nothing(fn, rows)

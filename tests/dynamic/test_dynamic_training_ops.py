@@ -249,9 +249,11 @@ def test_writes_into_part_of_a_padded_storage_compile_nothing():
     _new_lengths_equal_cpu_and_compile_nothing(run, tol=1e-6)
 
 
-def test_writes_into_part_of_a_padded_dim_run_exact():
-    # A window of the padded dim itself (rows 2..n-1 of n): the result's padding would
-    # land on real rows, so it runs exact shapes, and its values equal CPU's.
+def test_writes_into_part_of_a_padded_dim():
+    # A window of the padded dim itself. To its end (rows 2.. of n + 2: BART's
+    # `shifted[:, 1:] = ids[:, :-1]`), the result's padding lands past the real rows:
+    # dynamic. Short of its end (rows ..n of n + 2), it would land on real rows: exact
+    # shapes. Values equal CPU's.
     def run(n, seed):
         x = torch.randn(3, n, 4, generator=torch.Generator().manual_seed(seed))
         out = []
@@ -263,10 +265,25 @@ def test_writes_into_part_of_a_padded_dim_run_exact():
             out.append(z)
         return out
 
-    for i, n in enumerate((12, 14, 13, 15, 11)):
+    for i, n in enumerate((10, 12, 11, 13, 14)):  # n + 2 in the bucket 16
         debug.reset_stats()
         got, want = run(n, i)
         torch.testing.assert_close(got.cpu(), want, rtol=1e-6, atol=1e-6)
         if i >= 2:
-            reasons = debug.stats()["exact_reasons"]
-            assert reasons["add_.Tensor"] == {"in-place write to part of a storage, a dynamic dim not whole": 1}
+            s = debug.stats()
+            assert s["exact_reasons"] == {"add_.Tensor": {"in-place write to part of a storage, a dynamic dim not to its end": 1}}, s
+            assert s["compiles_by_op"] == {"add_.Tensor": 1}, s
+
+
+def test_shifting_labels_right_compiles_nothing():
+    # An encoder-decoder's decoder inputs (BART's shift_tokens_right; T5, Marian, Pegasus
+    # and Whisper shift alike): a read of ids[:, :-1] and a write into shifted[:, 1:],
+    # windows cut one element short of the dim at either end.
+    from transformers.models.bart.modeling_bart import shift_tokens_right
+
+    def run(n, seed):
+        labels = torch.randint(0, 50, (4, n), generator=torch.Generator().manual_seed(seed))
+        labels[:, -2:] = -100
+        return [shift_tokens_right(labels.to("tpu"), 1, 2)], [shift_tokens_right(labels, 1, 2)]
+
+    _new_lengths_equal_cpu_and_compile_nothing(run, tol=0)
