@@ -5,6 +5,9 @@
 // and rstd) first, then the mutated tensors.
 #include <ATen/native/Resize.h>
 
+#include <algorithm>
+#include <numeric>
+
 #include "aten/call.h"
 
 namespace torch_tpu::aten {
@@ -80,10 +83,22 @@ std::vector<OutputSpec> MetaOutputs(const c10::OperatorHandle& op,
   return outs;
 }
 
+// A spec whose strides leave gaps (or overlap), made dense in its dims'
+// order by stride (RuleEntry::dense_outputs).
+void MakeDense(OutputSpec& s) {
+  if (!s.defined || StorageOrder(s.sizes, s.strides)) return;
+  std::vector<int64_t> order(s.sizes.size());
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return s.strides[a] > s.strides[b]; });
+  s.strides = DenseStrides(s.sizes, order);
+}
+
 std::vector<OutputSpec> Fresh(const Call& call, const c10::OperatorHandle& op,
                               const std::vector<c10::IValue>& args) {
   if (call.desc->rule->output_types) return RuleOutputSpecs(call);
-  return MetaOutputs(op, args);
+  std::vector<OutputSpec> specs = MetaOutputs(op, args);
+  if (call.desc->rule->dense_outputs) std::for_each(specs.begin(), specs.end(), MakeDense);
+  return specs;
 }
 
 // Mutating ops: the returns that are not aliases of a mutated argument are

@@ -323,9 +323,10 @@ const bool registered = [] {
   forward.dynamic.stepped_outputs = true;
   forward.dynamic.draws_at_real_sizes = true;
   forward.dynamic.derived_outputs = AttentionOutputs;
-  Register("_scaled_dot_product_efficient_attention_backward", AttentionBackward)
-      .Dynamic(AttentionBackwardStaticDims)
-      .dynamic.front_window_args = {6};  // logsumexp
+  RuleEntry& backward = Register("_scaled_dot_product_efficient_attention_backward", AttentionBackward)
+                            .Dynamic(AttentionBackwardStaticDims);
+  backward.dynamic.front_window_args = {6};  // logsumexp
+  backward.dense_outputs = true;  // the bias gradient (T5's position bias): dense, so it runs dynamic
   return true;
 }();
 

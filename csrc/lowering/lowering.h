@@ -251,6 +251,11 @@ struct RuleEntry {
   Scope scope = Scope::Everywhere;
   // Output types when PyTorch's meta kernel cannot give them (empty: meta).
   OutputTypes output_types;
+  // Outputs the meta kernel lays out with gaps (attention backward's bias
+  // gradient, its last dim's stride rounded up to 16 as CUDA's kernel
+  // allocates it) are made dense in the same dim order: such an output
+  // could not run bounded-dynamic, and its strides mean nothing to users.
+  bool dense_outputs = false;
   // Schema indices of args the op writes although its schema does not say
   // so (native_batch_norm's running stats): the rule returns their new
   // values after the op's outputs.
