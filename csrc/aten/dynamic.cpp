@@ -1010,7 +1010,7 @@ bool PaddedStorages(const Plan& plan, DynamicLayout* lay) {
     if (!l) return Refuse("a dynamic input is a view no padded layout reads");
     if (Numel(l->padded) >= (int64_t{1} << 31)) return Refuse("bucket over 2^31 elements");
     if (lay->capacity[s] >= 0 && !SameLayout(lay->storage_layout[s], *l)) {
-      l = Wider(lay->storage_layout[s], *l);  // each read is checked against it below
+      l = Wider(lay->storage_layout[s], *l);  // each read maps onto it below
       if (!l) return Refuse("a padded storage read two ways");
     }
     lay->capacity[s] = Numel(l->padded);

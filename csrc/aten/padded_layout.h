@@ -113,15 +113,17 @@ bool SameLayout(const StorageLayout& a, const StorageLayout& b);
 // view's sizes with each dynamic view dim at its bucket (`bucket`); the
 // caller marks the dynamic dims' runtime sizes. `starts`, when given: per
 // layout dim, its window's start at run time (an i32; an invalid Value:
-// `read.start`).
+// `read.start`). A window from a static start whose bucket runs past the
+// buffer's end reads to the end, zeros after (its padding).
 hlo::Value ReadPaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& read,
                           const std::vector<int64_t>& view_sizes, const std::vector<hlo::Value>& starts = {});
 
 // `buffer` (flat, at `write.layout.padded` sizes) with `update` (static, at
 // the view's sizes; the view reads no dim broadcast) written into the view's
-// window: the new flat buffer. A window from a static start that runs past the
-// buffer's end is cut there (the caller makes sure only padding does). `starts`: per layout dim, a runtime start
-// (i32) that replaces the window's (invalid: the window's).
+// window: the new flat buffer. A window from a static start that runs past
+// the buffer's end is cut there (the caller makes sure only padding does).
+// `starts`: per layout dim, a runtime start (i32) that replaces the window's
+// (invalid: the window's).
 hlo::Value WritePaddedView(hlo::Builder& b, hlo::Value buffer, const ViewRead& write, hlo::Value update,
                            const std::vector<hlo::Value>& starts = {});
 
