@@ -720,6 +720,7 @@ struct DynamicLayout {
   std::vector<StorageLayout> storage_layout;  // per padded storage: its layout in the executable
   std::vector<std::optional<ViewRead>> reads;  // per input of a padded storage: its read
   std::vector<std::optional<ReshapedRead>> reshaped;  // ... or its reshaped read (rows gathered)
+  std::vector<std::optional<BufferRead>> gathered;  // ... or its gather out of the buffer (OuterPaddedRead)
   // Per input read (`reads`), per layout dim: one element of an already
   // padded storage at a position > 0, taken at run time (SlidingStarts).
   std::vector<std::vector<bool>> sliding;
@@ -918,6 +919,44 @@ std::optional<ReshapedRead> ReshapedReadOf(const Plan& plan, size_t i, const std
   return MapReshapedView(in.geometry, OffsetOf(plan, in), layout, dyn);
 }
 
+// The read of input `i` when its storage is padded in its first dim only,
+// its one dynamic dim reads that dim whole (at a bucket the buffer holds)
+// and its other dims stay inside one element of it: ViT's patch gradient,
+// the `[:, 1:, :]` window of the class-token cat's gradient split into the
+// patch grid, which MapView cannot split. In the buffer the view keeps its
+// strides and offset (the inner dims are unpadded), at the bucket's size:
+// the module gathers it (lowering::ReadView). nullopt otherwise.
+std::optional<BufferRead> OuterPaddedRead(const Plan& plan, size_t i, const std::vector<bool>& dyn,
+                                          const std::vector<int64_t>& bucket) {
+  const TensorIn& in = plan.inputs[i];
+  const runtime::DeviceStorage& s = *plan.storages[in.storage];
+  const std::vector<int64_t>& real = s.real_shape;
+  if (!s.padded() || real.empty() || real.size() != s.padded_shape.size()) return std::nullopt;
+  for (size_t j = 1; j < real.size(); ++j)
+    if (real[j] != s.padded_shape[j]) return std::nullopt;
+  const int64_t row = Numel(real) / std::max<int64_t>(real[0], 1);  // elements per first-dim element
+  const lowering::ViewGeometry& g = in.geometry;
+  const int64_t offset = OffsetOf(plan, in);
+  int64_t last = offset % std::max<int64_t>(row, 1);  // the farthest element of a row the view reads
+  int dynamic_dim = -1;
+  for (size_t d = 0; d < g.sizes.size(); ++d) {
+    if (!dyn[d]) {
+      if (g.strides[d] < 0) return std::nullopt;
+      last += (g.sizes[d] - 1) * g.strides[d];
+      continue;
+    }
+    if (dynamic_dim >= 0 || g.strides[d] != row || g.sizes[d] != real[0] || bucket[d] > s.padded_shape[0])
+      return std::nullopt;
+    dynamic_dim = static_cast<int>(d);
+  }
+  if (dynamic_dim < 0 || offset >= row || last >= row) return std::nullopt;
+  BufferRead r{g, offset};
+  r.geometry.sizes[dynamic_dim] = bucket[dynamic_dim];
+  r.geometry.storage_numel = Numel(s.padded_shape);
+  r.geometry.whole = false;
+  return r;
+}
+
 // The storages only empty views read (Phi-3's rotary pass-through half,
 // q[..., head_dim:], cat after the rotated one): no elements, no layout to
 // find, read for their type only.
@@ -999,6 +1038,7 @@ bool PaddedStorages(const Plan& plan, DynamicLayout* lay) {
   lay->storage_layout.assign(plan.storages.size(), {});
   lay->reads.assign(n, std::nullopt);
   lay->reshaped.assign(n, std::nullopt);
+  lay->gathered.assign(n, std::nullopt);
   lay->sliding.assign(n, {});
   for (size_t i = 0; i < n; ++i) {
     if (!AnyDynamic(lay->in_dynamic[i]) || lay->overwritten[plan.inputs[i].storage]) continue;
@@ -1007,6 +1047,8 @@ bool PaddedStorages(const Plan& plan, DynamicLayout* lay) {
     std::optional<StorageLayout> l = lay->reshaped[i]
         ? CurrentLayout(*plan.storages[s], plan.inputs[i])  // read as it is
         : NeededLayout(plan, i, lay->in_dynamic[i], lay->in_bucket[i], lay->signature);
+    if (!l && (lay->gathered[i] = OuterPaddedRead(plan, i, lay->in_dynamic[i], lay->in_bucket[i])))
+      l = CurrentLayout(*plan.storages[s], plan.inputs[i]);  // read as it is
     if (!l) return Refuse("a dynamic input is a view no padded layout reads");
     if (Numel(l->padded) >= (int64_t{1} << 31)) return Refuse("bucket over 2^31 elements");
     if (lay->capacity[s] >= 0 && !SameLayout(lay->storage_layout[s], *l)) {
@@ -1028,7 +1070,9 @@ bool PaddedStorages(const Plan& plan, DynamicLayout* lay) {
   }
   for (size_t i = 0; i < n; ++i) {
     const TensorIn& in = plan.inputs[i];
-    if (lay->capacity[in.storage] < 0 || lay->reshaped[i]) continue;
+    if (lay->gathered[i] && !SameLayout(lay->storage_layout[in.storage], CurrentLayout(*plan.storages[in.storage], in)))
+      return Refuse("a padded storage read two ways");  // the gather reads the buffer as it is
+    if (lay->capacity[in.storage] < 0 || lay->reshaped[i] || lay->gathered[i]) continue;
     lay->reads[i] = MapView(in.geometry, OffsetOf(plan, in), lay->storage_layout[in.storage]);
     if (!lay->reads[i]) return Refuse("a padded storage read two ways");
     const ViewRead& r = *lay->reads[i];
@@ -1147,6 +1191,10 @@ std::string DynamicKey(const std::string& sig, const Plan& plan, const DynamicLa
       AppendBucketKey(lay.in_bucket[i], lay.in_dynamic[i], &key);
       key += "/";
       AppendReshapedKey(*lay.reshaped[i], lay.in_dynamic[i], &key);
+    } else if (lay.gathered[i]) {
+      AppendBucketKey(lay.in_bucket[i], lay.in_dynamic[i], &key);
+      key += "/G" + std::to_string(lay.gathered[i]->offset) + ":";
+      lay.gathered[i]->geometry.AppendKey(&key);
     } else {
       plan.inputs[i].geometry.AppendKey(&key);
       AppendCapacityKey(*plan.storages[plan.inputs[i].storage], &key);
@@ -1397,6 +1445,9 @@ std::vector<Value> ReadInputs(hlo::Builder& b, const Plan& plan, const DynamicLa
       v = ReadPaddedView(b, params[in.storage_param], *lay.reads[i], lay.in_bucket[i], starts[i]);
     else if (lay.reshaped[i])
       v = ReadReshapedView(b, params[in.storage_param], *lay.reshaped[i], lay.in_bucket[i], runtime, outer_real[i]);
+    else if (lay.gathered[i])
+      v = lowering::ReadView(b, params[in.storage_param], b.ConstantInt(ElementType::I64, lay.gathered[i]->offset),
+                             lay.gathered[i]->geometry);
     else
       continue;
     reads[i] = masked ? Sized(b, v, dyn, runtime) : v;

@@ -247,3 +247,28 @@ def test_group_norm_with_its_own_n_and_hxw_is_keyed_by_them():
         for g, c in zip(got, want):
             assert g.shape == c.shape
             torch.testing.assert_close(g.cpu(), c, rtol=1e-5, atol=1e-6)
+
+
+class PatchClassifier(nn.Module):
+    """A ViT's patch embedding and class token: the convolution's backward reads the
+    `[:, 1:, :]` window of the cat's gradient split into the 4x4 patch grid (a view no
+    padded layout maps: the module gathers it out of the batch-padded buffer)."""
+
+    def __init__(self):
+        super().__init__()
+        self.patch = nn.Conv2d(3, 16, 4, stride=4)
+        self.cls = nn.Parameter(torch.randn(1, 1, 16))
+        self.head = nn.Linear(16, 5)
+
+    def forward(self, x):
+        e = self.patch(x).flatten(2).transpose(1, 2)  # [b, 16 patches, 16]
+        e = torch.cat([self.cls.expand(x.shape[0], -1, -1), e], 1)  # [b, 17, 16]
+        return self.head(torch.tanh(e).mean(1))
+
+
+def test_a_vit_patch_embedding_at_new_batch_sizes_compiles_nothing():
+    cpu, dev = _pair(PatchClassifier)
+    g = torch.Generator().manual_seed(3)
+    batches = [(torch.randn(b, 3, 16, 16, generator=g), torch.randint(0, 5, (b,), generator=g))
+               for b in (8, 6, 7, 5, 3)]
+    _train_equal_to_cpu(cpu, dev, batches, atol=1e-5)
