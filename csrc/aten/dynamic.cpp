@@ -1552,6 +1552,13 @@ bool StaticResultsFit(const std::vector<std::vector<bool>>& dyn, const std::vect
   return true;
 }
 
+// Whether executable `dc` serves this call laid out as `lay`: its static
+// result dims are the call's, and its writes into part of a storage cover
+// their real elements to the end.
+bool ExecutableFits(const DynamicCompiled& dc, const Call& call, const DynamicLayout& lay) {
+  return StaticResultsFit(dc.out_dynamic, dc.out_bucket, call) && WritesFit(call, lay, dc.out_dynamic);
+}
+
 // Output specs with each dynamic dim at half its bucket (a stepped rule's
 // results, RuleEntry::dynamic.stepped_outputs); none when the op refuses
 // those sizes (a kernel larger than half the bucket).
@@ -1622,7 +1629,7 @@ DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const 
     dc.out_buffer.push_back(buffer);
     dc.out_product.push_back(product);
   }
-  if (!StaticResultsFit(dc.out_dynamic, dc.out_bucket, call) || !WritesFit(call, lay, dc.out_dynamic)) {
+  if (!ExecutableFits(dc, call, lay)) {
     *unfit = true;
     return nullptr;
   }
@@ -1783,7 +1790,7 @@ DynamicCompiled* ExecutableFor(const std::string& key, const Call& call, const c
   auto found = state.executables.find(key);
   if (found != state.executables.end()) {
     DynamicCompiled* dc = &found->second;
-    if (!StaticResultsFit(dc->out_dynamic, dc->out_bucket, call) || !WritesFit(call, lay, dc->out_dynamic))
+    if (!ExecutableFits(*dc, call, lay))
       return nullptr;
     CountDynamicHit();
     return dc;
@@ -1981,7 +1988,7 @@ bool TakeIfWarm(const Call& call, const std::string& sig, DynamicLayout&& alt, D
   auto found = State().executables.find(alt_key);
   if (found == State().executables.end()) return false;
   const DynamicCompiled& dc = found->second;  // as ExecutableFor checks a hit: else the call would run exact
-  if (!StaticResultsFit(dc.out_dynamic, dc.out_bucket, call) || !WritesFit(call, alt, dc.out_dynamic))
+  if (!ExecutableFits(dc, call, alt))
     return false;
   *lay = std::move(alt);
   *key = std::move(alt_key);
