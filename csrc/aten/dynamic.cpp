@@ -233,6 +233,9 @@ struct SignatureState {
   std::map<std::pair<size_t, size_t>, std::set<int64_t>> read_buckets;
   // The signatures of its family, itself included (JoinFamily).
   std::vector<const SignatureState*>* siblings = nullptr;
+  // (input, dim) pairs kept static: a partial write's window that stops
+  // short of its storage dim's end (PinShortWrites).
+  std::set<std::pair<size_t, size_t>> pinned;
   bool exact_only = false;  // a dynamic module failed: exact shapes from now on
   const char* exact_because = "";  // ... why (ExecutableFor)
 };
@@ -391,6 +394,14 @@ bool Refuse(const char* reason) {
   t_exact_reason = reason;
   return false;
 }
+
+// The destination and dim of the last partial write WritesFit refused on
+// this thread (dest -1: none).
+struct ShortWrite {
+  int dest = -1;
+  size_t dim = 0;
+};
+thread_local ShortWrite t_short_write;
 
 // An in-place call runs dynamic when each destination is a storage of its
 // own: a whole one takes the result as its new (padded) buffer, a window of
@@ -1123,8 +1134,10 @@ bool WritesFit(const Call& call, const DynamicLayout& lay, const std::vector<std
     for (size_t j = 0; j < w.view_dim.size(); ++j) {
       const int d = w.view_dim[j];
       if (d < 0 || !dyn[k][d]) continue;
-      if (w.start[j] + call.specs[k].sizes[d] != w.layout.real[j])
+      if (w.start[j] + call.specs[k].sizes[d] != w.layout.real[j]) {
+        t_short_write = {static_cast<int>(k), static_cast<size_t>(d)};
         return Refuse("in-place write to part of a storage, a dynamic dim not to its end");
+      }
     }
   }
   return true;
@@ -2053,6 +2066,52 @@ void JoinFamily(const Plan& plan, const std::vector<bool>& fixed, const std::vec
   st->siblings->push_back(st);
 }
 
+// The input a destination writes (its storage and view), or -1.
+int WrittenInput(const Plan& plan, const Dest& dest) {
+  auto offset = [&](int param) { return param >= 0 ? plan.params[param].offset : 0; };
+  for (size_t i = 0; i < plan.inputs.size(); ++i) {
+    const TensorIn& in = plan.inputs[i];
+    if (in.storage == dest.storage && in.geometry.sizes == dest.geometry.sizes &&
+        in.geometry.strides == dest.geometry.strides && offset(in.offset_param) == offset(dest.offset_param))
+      return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// A partial write whose window stops short of its storage dim's end cannot
+// run dynamic in that dim (WritesFit): a rotary half written into a head
+// dim, `q[..., :4]` of 8, whose width went dynamic because another model's
+// call of the signature wrote `[..., :2]`. The signature keeps that dim
+// static from now on, in the written input and in each input broadcast
+// against it (the dim aligned from the right, of the same size), and the
+// call runs bounded in its other dims. False when nothing new is pinned, no
+// other dim is dynamic (pinned, the call would compile per size as it does
+// exact), or the inputs do not line up as an elementwise write's.
+bool PinShortWrites(const Plan& plan, const DynamicLayout& lay, SignatureState* st) {
+  const ShortWrite w = std::exchange(t_short_write, ShortWrite{});
+  if (w.dest < 0 || static_cast<size_t>(w.dest) >= plan.dests.size()) return false;
+  const int written = WrittenInput(plan, plan.dests[w.dest]);
+  if (written < 0) return false;
+  const std::vector<int64_t>& sizes = plan.inputs[written].geometry.sizes;
+  const int64_t from_end = static_cast<int64_t>(sizes.size()) - static_cast<int64_t>(w.dim);
+  std::vector<std::pair<size_t, size_t>> pins;
+  for (size_t i = 0; i < plan.inputs.size(); ++i) {
+    const std::vector<int64_t>& other = plan.inputs[i].geometry.sizes;
+    const int64_t d = static_cast<int64_t>(other.size()) - from_end;
+    if (d < 0 || other[d] == 1) continue;
+    if (other[d] != sizes[w.dim]) return false;  // not an elementwise write's inputs
+    pins.emplace_back(i, static_cast<size_t>(d));
+  }
+  bool others = false;  // a dynamic dim left after the pins
+  for (size_t i = 0; i < lay.in_dynamic.size(); ++i)
+    for (size_t d = 0; d < lay.in_dynamic[i].size(); ++d)
+      others |= lay.in_dynamic[i][d] && std::find(pins.begin(), pins.end(), std::make_pair(i, d)) == pins.end();
+  if (!others) return false;
+  const size_t before = st->pinned.size();
+  st->pinned.insert(pins.begin(), pins.end());
+  return st->pinned.size() > before;
+}
+
 // A call of a signature with dynamic dims on its bounded executable;
 // nullopt: it runs exact shapes.
 std::optional<std::vector<c10::IValue>> RunBounded(Call& call, const c10::OperatorHandle& op,
@@ -2076,6 +2135,8 @@ std::optional<std::vector<c10::IValue>> RunBounded(Call& call, const c10::Operat
   const std::string& sig = entry->first;
   SignatureState& st = entry->second;
   if (inserted) JoinFamily(call.plan, fixed, front, &st);
+  for (const auto& [i, d] : st.pinned)
+    if (i < hints.size() && d < hints[i].size()) hints[i][d] = DimHint{false, -1, -1};
   if (st.exact_only) {
     t_exact_reason = st.exact_because;
     return std::nullopt;
@@ -2105,7 +2166,9 @@ std::optional<std::vector<c10::IValue>> RunBounded(Call& call, const c10::Operat
   if (!lay.hinted && !state.executables.count(key)) TakeWarmerBuckets(call, sig, st, hints, &lay, &key);
   t_exact_reason = "XLA could not pad this signature's module";
   if (state.failed.count(key)) return std::nullopt;
+  t_short_write = ShortWrite{};
   DynamicCompiled* dc = ExecutableFor(key, call, op, args, lay, &st);
+  if (!dc && PinShortWrites(call.plan, lay, &st)) return RunBounded(call, op, args, fast);  // pins only grow
   if (!dc) return std::nullopt;
   state.specs[call.plan.key] = call.cached();
   if (!lay.hinted) RememberBuckets(call.plan, lay, &st);

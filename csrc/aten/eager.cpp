@@ -156,6 +156,25 @@ std::shared_ptr<runtime::PendingCompile> CompileFor(const Call& call, Compiled* 
   return pending;
 }
 
+int64_t Elements(const std::vector<int64_t>& sizes) {
+  int64_t n = 1;
+  for (int64_t d : sizes) n *= d;
+  return n;
+}
+
+// An in-place call whose destinations and inputs hold no elements (the
+// gradient of an empty view: slice_backward's copy into `q[..., 8:]` of a
+// head dim of 8) computes nothing. Its shapes were checked (ComputeOutputs);
+// nothing compiles or launches, at any size.
+bool ComputesNothing(const Call& call) {
+  if (call.desc->variant != Variant::InPlace || call.plan.dests.size() != call.specs.size()) return false;
+  for (const Dest& d : call.plan.dests)
+    if (!d.tensor.defined() || d.tensor.numel() != 0) return false;
+  for (const TensorIn& in : call.plan.inputs)
+    if (Elements(in.geometry.sizes) != 0) return false;
+  return true;
+}
+
 // Queues the call's launch behind the compiles (launch_queue.h); its
 // results are returned at once (their storages are queued).
 std::vector<c10::IValue> QueueCall(const Call& call, Compiled* hit, FastCall& fast) {
@@ -223,6 +242,12 @@ std::vector<c10::IValue> RunCall(const OpDesc& desc, const c10::OperatorHandle& 
   if (!cached && (derived = DerivedSpecs(call, op, args))) cached = &*derived;
   if (!ComputeOutputs(call, op, args, cached)) return RunCall(desc, op, args);  // out= resized
   FinishPlan(call, args);
+  if (ComputesNothing(call)) {
+    std::vector<c10::IValue> results;
+    for (const Dest& d : call.plan.dests) results.push_back(d.tensor);
+    CountNative(*call.desc);
+    return WithUndefined(call, std::move(results));
+  }
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, call.plan.device));
   const bool can_queue = Queueable(call);
   if (!can_queue) DrainLaunches();  // this call reads buffers itself: none may be stale

@@ -249,6 +249,40 @@ def test_writes_into_part_of_a_padded_storage_compile_nothing():
     _new_lengths_equal_cpu_and_compile_nothing(run, tol=1e-6)
 
 
+@pytest.mark.parametrize("rotary", [8, 4])
+def test_rotary_gradients_of_two_models_compile_nothing_at_new_sizes(rotary):
+    # Two models' RoPE backward in one process: GPT-NeoX rotates a quarter of its
+    # head dim (2 of 8), then Mistral all of it (8) or Phi half (4). slice_backward
+    # copies into windows of the head dim: `[..., :2]` then `[..., :4]` of 8 (one
+    # copy_ signature seen at two widths turns the width dynamic, but a window short
+    # of its dim's end cannot run dynamic: the signature keeps that dim static and
+    # runs bounded in batch and length), and, at 8, `[..., 8:]`, an empty window
+    # (nothing to compute). Before: 2 (at 8) or 1 compiles at every new size.
+    def run(b, n, rot, seed):
+        x = torch.randn(b, n, 32, generator=torch.Generator().manual_seed(seed))
+        angle = torch.arange(n)[:, None] * torch.linspace(0.1, 1.0, rot)[None]
+        out = []
+        for device in ("tpu", "cpu"):
+            h = x.to(device) * torch.ones((), device=device, requires_grad=True)
+            q = h.view(b, n, 4, 8).transpose(1, 2)
+            q_rot, q_pass = q[..., :rot], q[..., rot:]
+            x1, x2 = q_rot[..., : rot // 2], q_rot[..., rot // 2 :]
+            cos, sin = angle.cos().to(device), angle.sin().to(device)
+            y = torch.cat([q_rot * cos + torch.cat((-x2, x1), -1) * sin, q_pass], -1)
+            out.append(torch.autograd.grad((y * y).sum(), h)[0])
+        return out
+
+    for rot in (2, rotary):
+        for i, (b, n) in enumerate(((4, 12), (4, 14), (3, 14))):
+            run(b, n, rot, i)
+    for i, (b, n) in enumerate(((4, 13), (4, 15), (3, 13), (2, 10))):
+        debug.reset_stats()
+        got, want = run(b, n, rotary, 20 + i)
+        compiles, by_op, reasons = _compiles()
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+        assert compiles == 0, ((b, n), by_op, reasons)
+
+
 def test_writes_into_part_of_a_padded_dim():
     # A window of the padded dim itself. To its end (rows 2.. of n + 2: BART's
     # `shifted[:, 1:] = ids[:, :-1]`), the result's padding lands past the real rows:
