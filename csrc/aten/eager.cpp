@@ -6,6 +6,7 @@
 // executable is launched at once, asynchronously. Scalars, view offsets and
 // RNG states are runtime parameters, so they never cause a recompile.
 #include <ATen/MemoryOverlap.h>
+#include <c10/util/accumulate.h>
 #include <torch/library.h>
 
 #include <unordered_map>
@@ -156,12 +157,6 @@ std::shared_ptr<runtime::PendingCompile> CompileFor(const Call& call, Compiled* 
   return pending;
 }
 
-int64_t Elements(const std::vector<int64_t>& sizes) {
-  int64_t n = 1;
-  for (int64_t d : sizes) n *= d;
-  return n;
-}
-
 // An in-place call whose destinations and inputs hold no elements (the
 // gradient of an empty view: slice_backward's copy into `q[..., 8:]` of a
 // head dim of 8) computes nothing. Its shapes were checked (ComputeOutputs);
@@ -171,7 +166,7 @@ bool ComputesNothing(const Call& call) {
   for (const Dest& d : call.plan.dests)
     if (!d.tensor.defined() || d.tensor.numel() != 0) return false;
   for (const TensorIn& in : call.plan.inputs)
-    if (Elements(in.geometry.sizes) != 0) return false;
+    if (c10::multiply_integers(in.geometry.sizes) != 0) return false;
   return true;
 }
 
