@@ -293,10 +293,17 @@ class FastCall {
   // storages left in the layouts they had (none padded through the host).
   void RememberBounded(const Call& call, BoundedLaunch launch);
 
+  // Storages the call reads that have no buffer yet, and the dtype each is read as.
+  using Unfilled = c10::SmallVector<std::pair<runtime::DeviceStorage*, hlo::ElementType>, 2>;
+
  private:
   // The launch (or record) of an entry with this call's fingerprint: exact
   // entries first, then bounded-dynamic ones; nullopt: none.
   std::optional<std::vector<c10::IValue>> TryKnown(const OpDesc& desc, const std::vector<c10::IValue>& args);
+  // Before a known call launches: its unfilled storages get zeros, as planning gives them.
+  void FillUnfilled();
+  // After the full path: whether each of the call's storages kept its buffer and layout.
+  bool LayoutsKept() const;
 
   bool eligible_ = false;
   bool recording_ = false;
@@ -304,6 +311,7 @@ class FastCall {
   bool any_pending_ = false;  // a storage is pending in the fused chain: none does
   bool any_hinted_ = false;   // a tensor carries mark_dynamic hints: the full path reads them
   c10::SmallVector<runtime::DeviceStorage*, 8> storages_;
+  Unfilled unfilled_;
   c10::SmallVector<uint64_t, 8> layouts_;  // per storage: its buffer and layout, hashed (on a miss)
   Fingerprint fingerprint_;
   uint64_t hash_ = 0;

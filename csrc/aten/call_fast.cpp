@@ -10,10 +10,18 @@
 // a wrapped CPU scalar, is a runtime scalar; a string is part of the
 // fingerprint; a tensor list is its tensors; a call that draws random
 // numbers advances its generator by what the full path's call drew).
-// Anything the hit path does not know (in-place and out= ops, other CPU
-// tensors, lists of optional tensors, pending fused values, runtime floats,
-// calls without tpu tensors, exact calls on padded storages, random draws in
-// fused eager) takes the full path.
+// An in-place call is remembered the same way when it writes whole
+// destinations (fill_, copy_, add_ on a tensor, not on a view of part of a
+// storage): its written storages take the module's first results, their
+// buffers donated, and it returns its destinations. A storage that has no
+// buffer yet (a fresh torch.empty) gets its zeros first, as the full path's
+// planning gives it. Anything the hit path does not know (out= ops, writes
+// into part of a storage, other CPU tensors, lists of optional tensors,
+// pending fused values, runtime floats, calls without tpu tensors, exact
+// calls that write padded storages, random draws in fused eager) takes the
+// full path. An exact functional call on padded storages is remembered with
+// their layouts and view offsets in its fingerprint, which fix where the
+// module reads each view in its buffer.
 //
 // A bounded-dynamic launch (dynamic.cpp, padded_rows.cpp) of a functional
 // call is remembered the same way: a later call with the same fingerprint
@@ -53,11 +61,14 @@ using Storages = c10::SmallVector<DeviceStorage*, 8>;
 
 // Where one module parameter comes from.
 struct Source {
-  enum class Kind { Buffer, Offset, Scalar, Rng } kind;
+  // BufferOffset: where an exact module reads a view of a padded storage in
+  // its buffer (`element`): the fingerprint's layout and offset fix it.
+  enum class Kind { Buffer, Offset, Scalar, Rng, BufferOffset } kind;
   size_t arg;
   ElementType dtype = ElementType::F32;  // Scalar: the parameter's type
   int64_t element = -1;  // Buffer, Offset: a tensor list's element (-1: a tensor arg)
   uint64_t draws = 0;    // Rng: how far the call advances its generator
+  int64_t offset = 0;    // BufferOffset: its value
 };
 
 struct FastEntry {
@@ -67,6 +78,12 @@ struct FastEntry {
   std::vector<OutputSpec> outputs;  // the op's outputs, undefined ones included
   std::vector<ElementType> dtypes;  // per defined output: its storage dtype
   std::vector<std::string> checks;
+  // An in-place call: per written storage (the module's first results), a
+  // destination argument on it; per parameter, whether it is donated (its
+  // storage is written); the op's outputs are its destinations, in order.
+  std::vector<Source> written;
+  std::vector<bool> donated;
+  std::vector<Source> destinations;
 };
 
 std::unordered_map<uint64_t, FastEntry>& Entries() {
@@ -150,6 +167,7 @@ struct PrintState {
   bool recording = false;  // a storage pending in the fused chain is taken (its value is the chain's)
   bool any_padded = false, any_pending = false, any_hinted = false;
   Storages* storages = nullptr;  // the call's storages so far (aliasing is part of the signature)
+  FastCall::Unfilled* unfilled = nullptr;  // storages without a buffer yet, and the dtype each is read as
 };
 
 // Appends what the key says of one tpu tensor; false if the hit path
@@ -158,7 +176,13 @@ bool TensorPrint(const at::Tensor& t, const OpDesc& desc, PrintState& ps, Finger
   if (t.device().type() != c10::DeviceType::PrivateUse1) return false;
   DeviceStorage* s = StorageOfTensor(t);
   ElementType dtype = ToElementType(t.scalar_type(), desc.name.c_str());
-  if (s->dtype != dtype || !(s->pending() ? ps.recording : s->buffer != nullptr)) return false;
+  const bool unfilled = !s->buffer && !s->pending() && !s->queued;  // planning gives it zeros of `dtype`
+  if (unfilled) {
+    ps.unfilled->emplace_back(s, dtype);
+    fp->push_back(-5);
+  } else if (s->dtype != dtype || !(s->pending() ? ps.recording : s->buffer != nullptr)) {
+    return false;
+  }
   Storages& storages = *ps.storages;
   size_t index = std::find(storages.begin(), storages.end(), s) - storages.begin();
   if (index == storages.size()) storages.push_back(s);
@@ -286,6 +310,9 @@ bool SourcesOf(const Call& call, std::vector<Source>* sources, const std::vector
       set(a.param, {Source::Kind::Scalar, i, plan.params[a.param].dtype});
     }
   }
+  for (size_t p = 0; p < plan.params.size(); ++p)
+    if (!found[p] && plan.params[p].buffer_read)
+      set(p, {Source::Kind::BufferOffset, 0, ElementType::I64, -1, 0, plan.params[p].offset});
   if (taken.empty()) return std::find(found.begin(), found.end(), false) == found.end();
   std::vector<Source> kept;
   for (size_t p = 0; p < found.size(); ++p) {
@@ -317,6 +344,8 @@ runtime::LaunchParam ParamFrom(const Source& src, const std::vector<c10::IValue>
       std::tie(q.rng[0], q.rng[1]) = NextRngState(gen, device, src.draws);
       return LaunchValue(no_storages, q);
     }
+    case Source::Kind::BufferOffset:
+      return runtime::LaunchParam::Integer(src.offset, ElementType::I64);
     case Source::Kind::Scalar:
       break;
   }
@@ -360,12 +389,18 @@ std::vector<c10::IValue> Launch(const OpDesc& desc, const FastEntry& e,
   launch.op = &desc.name;
   launch.checks = &e.checks;
   launch.params.reserve(e.sources.size());
-  for (const Source& s : e.sources) launch.params.push_back(ParamFrom(s, args, device));
+  for (size_t p = 0; p < e.sources.size(); ++p) {
+    launch.params.push_back(ParamFrom(e.sources[p], args, device));
+    launch.params.back().donate = !e.donated.empty() && e.donated[p];
+  }
   std::vector<c10::IValue> results;
   results.reserve(e.outputs.size());
-  launch.results.reserve(e.dtypes.size());
+  launch.results.reserve(e.written.size() + e.dtypes.size());
+  for (const Source& w : e.written) launch.results.push_back(StorageOfTensor(TensorOf(w, args)));
+  for (const Source& d : e.destinations) results.emplace_back(TensorOf(d, args));
   size_t k = 0;
   for (const OutputSpec& spec : e.outputs) {
+    if (!e.destinations.empty()) break;
     results.emplace_back(spec.defined ? FreshOutput(spec, e.dtypes[k++]) : at::Tensor());
     if (spec.defined) launch.results.push_back(StorageOfTensor(results.back().toTensor()));
   }
@@ -404,6 +439,36 @@ std::vector<c10::IValue> LaunchBounded(const OpDesc& desc, const BoundedEntry& e
   return results;
 }
 
+// An in-place call's destinations as the hit path launches them (into
+// `e`): every output is a destination written whole (no fresh output, no
+// window of a storage: its offset would be a parameter no argument gives),
+// each an argument in the order planning took them (desc.mutable_args).
+// False: the full path keeps the call.
+bool WholeWrites(const Call& call, FastEntry* e) {
+  const Plan& plan = call.plan;
+  std::vector<Source> dests;
+  for (size_t i : call.desc->mutable_args) {
+    if (i >= plan.args.size()) return false;
+    const ArgPlan& a = plan.args[i];
+    if (a.kind == Arg::Kind::Tensor && a.tensors.size() == 1) dests.push_back({Source::Kind::Buffer, i});
+    else return false;
+  }
+  if (dests.size() != plan.dests.size() || call.specs.size() != dests.size()) return false;
+  for (const Dest& d : plan.dests)
+    if (!d.tensor.defined() || !d.geometry.whole || d.offset_param >= 0) return false;
+  for (size_t k : call.written) {
+    size_t j = 0;
+    while (plan.dests[j].storage != k) ++j;
+    e->written.push_back(dests[j]);
+  }
+  e->donated.assign(plan.params.size(), false);
+  for (size_t p = 0; p < plan.params.size(); ++p)
+    e->donated[p] = plan.params[p].kind == Param::Kind::Storage &&
+                    std::find(call.written.begin(), call.written.end(), plan.params[p].storage) != call.written.end();
+  e->destinations = std::move(dests);
+  return true;
+}
+
 }  // namespace
 
 void ClearFastEntries() {
@@ -421,12 +486,14 @@ std::optional<std::vector<c10::IValue>> FastCall::TryLaunch(const OpDesc& desc,
   // Launches are queued (compiles running in the background): this call
   // is queued behind them by the full path.
   if (runtime::launch_queue::Busy()) return std::nullopt;
-  if (desc.variant != Variant::Functional) return std::nullopt;
+  if (desc.variant == Variant::Out) return std::nullopt;
   recording_ = Recording();
   storages_.clear();
+  unfilled_.clear();
   PrintState ps;
   ps.recording = recording_;
   ps.storages = &storages_;
+  ps.unfilled = &unfilled_;
   fingerprint_.clear();
   fingerprint_.push_back(reinterpret_cast<intptr_t>(&desc));
   fingerprint_.push_back(at::globalContext().float32MatmulPrecision() ==
@@ -452,18 +519,28 @@ std::optional<std::vector<c10::IValue>> FastCall::TryKnown(const OpDesc& desc, c
   if (!any_padded_ && recording_) {
     auto& entries = RecordEntries();
     auto it = entries.find(hash_);
-    if (it != entries.end() && Same(it->second.fingerprint, fingerprint_)) return Record(it->second, args);
-  } else if (!any_padded_) {
+    if (it != entries.end() && Same(it->second.fingerprint, fingerprint_)) {
+      FillUnfilled();
+      return Record(it->second, args);
+    }
+  } else if (!recording_) {
     auto& entries = Entries();
     auto it = entries.find(hash_);
-    if (it != entries.end() && Same(it->second.fingerprint, fingerprint_) && it->second.exe)
+    if (it != entries.end() && Same(it->second.fingerprint, fingerprint_) && it->second.exe) {
+      FillUnfilled();
       return Launch(desc, it->second, args, device_);
+    }
   }
   if (!DynamicShapesActive() || any_pending_ || any_hinted_) return std::nullopt;
   auto& bounded = BoundedEntries();
   auto it = bounded.find(hash_);
   if (it == bounded.end() || !Same(it->second.fingerprint, fingerprint_)) return std::nullopt;
+  FillUnfilled();
   return LaunchBounded(desc, it->second, args, device_);
+}
+
+void FastCall::FillUnfilled() {
+  for (const auto& [s, dtype] : unfilled_) PrepareStorage(s, dtype, /*keep_capacity=*/true);
 }
 
 void FastCall::RememberRecorded(const std::shared_ptr<const KeptCall>& kept) {
@@ -482,27 +559,39 @@ void FastCall::RememberRecorded(const std::shared_ptr<const KeptCall>& kept) {
 
 void FastCall::Remember(const Call& call, const pjrt::ExecutablePtr& exe,
                         const std::vector<OutputSpec>& outputs, const std::vector<std::string>& checks) {
-  if (!eligible_ || any_padded_ || recording_ || call.plan.device != device_) return;
+  if (!eligible_ || recording_ || call.plan.device != device_) return;
+  // An exact call on padded storages: the functional ones that left every layout as it was.
+  if (any_padded_ && (call.desc->variant != Variant::Functional || !LayoutsKept())) return;
   FastEntry e;
   if (!SourcesOf(call, &e.sources)) return;
   e.fingerprint.assign(fingerprint_.begin(), fingerprint_.end());
   e.exe = exe;
   e.outputs = outputs;
-  for (const Dest& d : call.plan.dests) e.dtypes.push_back(d.dtype);
-  size_t defined = 0;
-  for (const OutputSpec& o : outputs) defined += o.defined;
-  if (defined != e.dtypes.size() || !call.written.empty()) return;
+  if (call.desc->variant == Variant::InPlace) {
+    if (!WholeWrites(call, &e)) return;
+  } else {
+    for (const Dest& d : call.plan.dests) e.dtypes.push_back(d.dtype);
+    size_t defined = 0;
+    for (const OutputSpec& o : outputs) defined += o.defined;
+    if (defined != e.dtypes.size() || !call.written.empty()) return;
+  }
   e.checks = checks;
   auto& entries = Entries();
   if (entries.size() >= 8192) entries.clear();  // signatures that never repeat
   entries[hash_] = std::move(e);
 }
 
+bool FastCall::LayoutsKept() const {
+  if (layouts_.size() != storages_.size()) return false;
+  for (size_t i = 0; i < storages_.size(); ++i)
+    if (LayoutHash(*storages_[i]) != layouts_[i]) return false;
+  return true;
+}
+
 void FastCall::RememberBounded(const Call& call, BoundedLaunch launch) {
   if (!eligible_ || any_pending_ || any_hinted_ || !DynamicShapesActive()) return;
-  if (call.plan.device != device_ || !call.written.empty() || layouts_.size() != storages_.size()) return;
-  for (size_t i = 0; i < storages_.size(); ++i)  // padded through the host: the next call reads it as it is now
-    if (LayoutHash(*storages_[i]) != layouts_[i]) return;
+  // Padded through the host: the next call reads it as it is now.
+  if (call.plan.device != device_ || !call.written.empty() || !LayoutsKept()) return;
   BoundedEntry e;
   if (!SourcesOf(call, &e.sources, launch.taken)) return;
   e.outputs = call.cached();

@@ -185,3 +185,29 @@ def test_the_last_token_of_a_growing_batch_compiles_nothing_and_stays_on_device(
     torch.testing.assert_close(got_ids.cpu(), want_ids)
     for g, w in zip(got, want):
         torch.testing.assert_close(g.cpu(), w)
+
+
+def test_exact_calls_on_windows_of_a_padded_storage_take_the_hit_path():
+    # A decode step's last token, x[:, -1:], cloned or added to out of a
+    # padded storage: an exact executable reads it at its place in the
+    # padded buffer, which the storage's layout and the view's offset fix.
+    with dynamic.dynamic_shapes("1"):
+        x = torch.randn(2, 37, 16)
+        dx = x.to("tpu") * 1.0  # padded (rows 37 of 40)
+        y = torch.randn(2, 35, 16)
+        dy = y.to("tpu") * 1.0  # the same layout, other real rows
+    assert torch_tpu._C._padded_shape(dx) == torch_tpu._C._padded_shape(dy) != [2, 37, 16]
+    one = torch.randn(2, 1, 16)
+    done = one.to("tpu")
+    for k in range(4):
+        debug.reset_stats()
+        for a, da in ((x, dx), (y, dy)):  # other offsets of the last row: other signatures
+            torch.testing.assert_close(da[:, -1:].clone().cpu(), a[:, -1:].clone())
+            torch.testing.assert_close((da[:, -1:] + done).cpu(), a[:, -1:] + one)
+            torch.testing.assert_close((da[:, 2:3] * k).cpu(), a[:, 2:3] * k)
+        s = debug.stats()
+        assert s["compiles"] == 0 or k == 0, s["compiles_by_op"]
+        if k >= 2:  # miss, full-path hit (remembered), then the hit path
+            assert s["hit_path_hits"] == s["executions"], s
+        dx.add_(1.0)  # new values in the same layout: read by the next calls
+        x.add_(1.0)

@@ -158,4 +158,83 @@ def test_attention_without_dropout_takes_the_hit_path():
     torch.testing.assert_close(F.scaled_dot_product_attention(dq, dk, dk).cpu(),
                                F.scaled_dot_product_attention(q, k, k), atol=1e-5, rtol=1e-5)
     s = torch_tpu.debug.stats()
-    assert s["compiles"] == 0 and s["hit_path_hits"] == s["native_ops"]["_scaled_dot_product_efficient_attention"] == 1
+    # .cpu() of its (transposed) result copies it on the device first: in place, also the hit path
+    assert s["compiles"] == 0 and s["native_ops"]["_scaled_dot_product_efficient_attention"] == 1
+    assert s["hit_path_hits"] == s["executions"] == 2
+
+
+def _hit_path_hits():
+    return torch_tpu.debug.stats()["hit_path_hits"]
+
+
+def test_in_place_calls_take_the_hit_path_and_write_their_tensor():
+    x, y = torch.randn(6, 5), torch.randn(6, 5)
+    a, b = x.to("tpu"), y.to("tpu")
+    for k in range(4):
+        before = _hit_path_hits()
+        alias = a  # the same tensor object comes back, its storage written
+        got = a.add_(b, alpha=k + 1)
+        x.add_(y, alpha=k + 1)
+        assert got is alias
+        torch.testing.assert_close(a.cpu(), x)
+        b.mul_(0.5)  # another signature, also in place
+        y.mul_(0.5)
+        torch.testing.assert_close(b.cpu(), y)
+        if k >= 2:  # miss, full-path hit (remembered), then the hit path
+            assert _hit_path_hits() - before == 2
+    # a view of the written storage reads its new values
+    torch.testing.assert_close(a[1:3].cpu(), x[1:3])
+
+
+def test_in_place_fills_of_fresh_tensors_read_as_cpu():
+    for k in range(4):
+        before = _hit_path_hits()
+        t = torch.empty(3, 4, device="tpu").fill_(k + 0.5)  # a storage without a buffer yet
+        i = torch.empty(5, dtype=torch.int64, device="tpu").fill_(k)
+        torch.testing.assert_close(t.cpu(), torch.full((3, 4), k + 0.5))
+        torch.testing.assert_close(i.cpu(), torch.full((5,), k, dtype=torch.int64))
+        c = torch.empty(2, 2, device="tpu").copy_(torch.eye(2, device="tpu"))
+        torch.testing.assert_close(c.cpu(), torch.eye(2))
+        if k >= 2:
+            assert _hit_path_hits() - before == 3  # both fills and the copy (eye is out=: the full path)
+
+
+def test_in_place_writes_to_part_of_a_storage_and_aliases_stay_exact():
+    x = torch.randn(6, 4)
+    a = x.to("tpu")
+    for _ in range(3):
+        a[1:3].add_(1.0)  # a window of the storage: the full path's write
+        x[1:3].add_(1.0)
+        a.t().mul_(2.0)  # the whole storage through a transposed view
+        x.t().mul_(2.0)
+        a.add_(a)  # read and written at once: its buffer is not donated away
+        x.add_(x)
+        torch.testing.assert_close(a.cpu(), x)
+    # a write into one tensor never changes another that shares nothing with it
+    b = a.clone()
+    for _ in range(3):
+        b.sub_(1.0)
+    torch.testing.assert_close(a.cpu(), x)
+    torch.testing.assert_close(b.cpu(), x - 3.0)
+
+
+def test_in_place_errors_still_raise_on_the_hit_path():
+    a, b = torch.randn(4, 4, device="tpu"), torch.randn(4, 4, device="tpu")
+    for _ in range(3):
+        a.add_(b)
+    c = torch.randn(4, 1, device="tpu")
+    for _ in range(2):
+        try:
+            c.add_(b)  # the result does not fit in c
+        except RuntimeError as e:
+            assert "size" in str(e) or "shape" in str(e)
+        else:
+            raise AssertionError("add_ into a smaller tensor did not raise")
+    e = torch.randn(4, 4, device="tpu").expand(2, 4, 4)
+    for _ in range(2):
+        try:
+            e.add_(1.0)  # elements that alias each other
+        except RuntimeError as err:
+            assert "single memory location" in str(err) or "overlap" in str(err)
+        else:
+            raise AssertionError("add_ into an expanded tensor did not raise")
