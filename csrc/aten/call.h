@@ -144,6 +144,8 @@ Plan PlanCall(const OpDesc& desc, const c10::FunctionSchema& schema,
 void FinishPlan(Call& call, const std::vector<c10::IValue>& args);
 // How many random values the call draws (its generators advance by that much).
 uint64_t RngDraws(const Call& call);
+// Whether parameter q's storage is one the call writes: its buffer is donated to the launch.
+bool Donated(const Call& call, const Param& q);
 hlo::TensorType ParamType(const Plan& plan, const Param& q);
 // A padded storage's real and padded shapes, for the key of a plan that
 // takes it as a parameter (its type is the padded numel); nothing for an

@@ -62,7 +62,7 @@ using Storages = c10::SmallVector<DeviceStorage*, 8>;
 // Where one module parameter comes from.
 struct Source {
   // BufferOffset: where an exact module reads a view of a padded storage in
-  // its buffer (`element`): the fingerprint's layout and offset fix it.
+  // its buffer (`offset`): the fingerprint's layout and view offset fix it.
   enum class Kind { Buffer, Offset, Scalar, Rng, BufferOffset } kind;
   size_t arg;
   ElementType dtype = ElementType::F32;  // Scalar: the parameter's type
@@ -78,12 +78,11 @@ struct FastEntry {
   std::vector<OutputSpec> outputs;  // the op's outputs, undefined ones included
   std::vector<ElementType> dtypes;  // per defined output: its storage dtype
   std::vector<std::string> checks;
-  // An in-place call: per written storage (the module's first results), a
-  // destination argument on it; per parameter, whether it is donated (its
-  // storage is written); the op's outputs are its destinations, in order.
-  std::vector<Source> written;
-  std::vector<bool> donated;
+  // An in-place call: its outputs are its destinations, in order (their
+  // storages, each once, take the module's first results); per parameter,
+  // whether it is donated (its storage is written). `outputs` is empty.
   std::vector<Source> destinations;
+  std::vector<bool> donated;
 };
 
 std::unordered_map<uint64_t, FastEntry>& Entries() {
@@ -395,12 +394,15 @@ std::vector<c10::IValue> Launch(const OpDesc& desc, const FastEntry& e,
   }
   std::vector<c10::IValue> results;
   results.reserve(e.outputs.size());
-  launch.results.reserve(e.written.size() + e.dtypes.size());
-  for (const Source& w : e.written) launch.results.push_back(StorageOfTensor(TensorOf(w, args)));
-  for (const Source& d : e.destinations) results.emplace_back(TensorOf(d, args));
+  launch.results.reserve(e.destinations.size() + e.dtypes.size());
+  for (const Source& d : e.destinations) {  // as FinishPlan lists the written storages
+    results.emplace_back(TensorOf(d, args));
+    DeviceStorage* s = StorageOfTensor(results.back().toTensor());
+    if (std::find(launch.results.begin(), launch.results.end(), s) == launch.results.end())
+      launch.results.push_back(s);
+  }
   size_t k = 0;
   for (const OutputSpec& spec : e.outputs) {
-    if (!e.destinations.empty()) break;
     results.emplace_back(spec.defined ? FreshOutput(spec, e.dtypes[k++]) : at::Tensor());
     if (spec.defined) launch.results.push_back(StorageOfTensor(results.back().toTensor()));
   }
@@ -456,16 +458,9 @@ bool WholeWrites(const Call& call, FastEntry* e) {
   if (dests.size() != plan.dests.size() || call.specs.size() != dests.size()) return false;
   for (const Dest& d : plan.dests)
     if (!d.tensor.defined() || !d.geometry.whole || d.offset_param >= 0) return false;
-  for (size_t k : call.written) {
-    size_t j = 0;
-    while (plan.dests[j].storage != k) ++j;
-    e->written.push_back(dests[j]);
-  }
-  e->donated.assign(plan.params.size(), false);
-  for (size_t p = 0; p < plan.params.size(); ++p)
-    e->donated[p] = plan.params[p].kind == Param::Kind::Storage &&
-                    std::find(call.written.begin(), call.written.end(), plan.params[p].storage) != call.written.end();
+  for (const Param& q : plan.params) e->donated.push_back(Donated(call, q));
   e->destinations = std::move(dests);
+  e->outputs.clear();  // the destinations are all of them
   return true;
 }
 

@@ -277,6 +277,11 @@ void FinishPlan(Call& call, const std::vector<c10::IValue>& args) {
       call.written.push_back(d.storage);
 }
 
+bool Donated(const Call& call, const Param& q) {
+  return q.kind == Param::Kind::Storage &&
+         std::find(call.written.begin(), call.written.end(), q.storage) != call.written.end();
+}
+
 uint64_t RngDraws(const Call& call) {
   std::vector<TensorType> outputs;
   for (const auto& s : call.specs)

@@ -95,9 +95,7 @@ runtime::Launch BuildLaunch(const Call& call, std::vector<c10::IValue>* results)
   launch.results.reserve(call.written.size() + call.specs.size());
   for (const Param& q : plan.params) {
     launch.params.push_back(LaunchValue(plan, q));
-    if (q.kind == Param::Kind::Storage)
-      launch.params.back().donate =
-          std::find(call.written.begin(), call.written.end(), q.storage) != call.written.end();
+    launch.params.back().donate = Donated(call, q);
   }
   for (size_t k : call.written) launch.results.push_back(plan.storages[k]);
   for (size_t i = 0; i < call.specs.size(); ++i) {
