@@ -9,9 +9,9 @@ import torch
 def config(**overrides):
     import transformers as tf
 
-    return tf.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                          **overrides)
+    kw = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    return tf.LlamaConfig(**{**kw, **overrides})
 
 
 def greedy_pair(**overrides):

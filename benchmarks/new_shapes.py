@@ -119,6 +119,10 @@ LLAMA_WARM = (33, 34, 38)  # 38: the KV cache reaches 45 (bucket 48)
 LLAMA_NEW = (35, 36, 37)   # new prompt lengths inside the warm buckets
 BATCH_WARM = (4, 5)        # batch 5 makes the batch dim dynamic (bucket 16)
 BATCH_NEW = (3, 6, 7)      # new batch sizes (prompt length 34)
+# --wide: the same Llama 16x wider (hidden 1024, vocab 32000), whose MLP
+# activations pad by more than the 1 MiB a tensor may (fine small buckets).
+WIDE_LLAMA = dict(hidden_size=1024, intermediate_size=2816, num_attention_heads=16, num_key_value_heads=8,
+                  vocab_size=32000)
 
 
 def child_llama():
@@ -127,7 +131,7 @@ def child_llama():
     from _tiny_llama import greedy_pair
     from torch_tpu import compile as tpu_compile, debug
     torch.set_num_threads(int(os.environ.get("NEW_SHAPES_CPU_THREADS", "1")))
-    cpu, dev = greedy_pair()
+    cpu, dev = greedy_pair(**(WIDE_LLAMA if os.environ.get("NEW_SHAPES_WIDE") else {}))
 
     static = os.environ.get("NEW_SHAPES_CACHE") == "static"
     kw = {"cache_implementation": "static"} if static else {}  # static: generate() compiles its decode step
@@ -169,9 +173,10 @@ def child_llama():
     print(json.dumps(rows))
 
 
-def run_child(mode, scenario, cache="dynamic"):
+def run_child(mode, scenario, cache="dynamic", wide=False):
     env = dict(os.environ, TORCH_TPU_DYNAMIC_SHAPES=mode.split("+")[0], NEW_SHAPES_MARK=str(int("+mark" in mode)),
-               TORCH_TPU_CACHE_DIR=tempfile.mkdtemp(prefix="new_shapes_"), NEW_SHAPES_CACHE=cache)
+               TORCH_TPU_CACHE_DIR=tempfile.mkdtemp(prefix="new_shapes_"), NEW_SHAPES_CACHE=cache,
+               NEW_SHAPES_WIDE="1" if wide else "")
     out = subprocess.run([sys.executable, __file__, scenario], env=env, capture_output=True,
                          text=True, check=True).stdout.strip().splitlines()[-1]
     return json.loads(out)
@@ -204,6 +209,8 @@ def main():
         return print_llama("dynamic")
     if "--static" in sys.argv:  # the Llama scenario with a StaticCache alone
         return print_llama("static")
+    if "--wide" in sys.argv:  # the DynamicCache scenario with a 16x wider Llama alone
+        return print_llama("dynamic", wide=True)
     print(f"MLP block, batch {BATCH}, hidden {HIDDEN}; warmed at seq {WARM}; new sizes {NEW}, past {PAST}")
     print(f"{'mode':>6} {'seq':>4} {'compiles':>8} {'first s':>8} {'cpu s':>8} {'ratio':>7} {'warm s':>8} {'max err':>8}")
     for mode in ("0", "auto", "0+mark"):
@@ -212,21 +219,23 @@ def main():
                   f"{r['seconds'] / r['cpu_seconds']:>6.1f}x {r['warm_seconds']:>8.4f} {r['max_err']:>8.1e}")
     for cache in ("dynamic", "fused", "static"):
         print_llama(cache)
+    print_llama("dynamic", wide=True)
     print_training()
     print_training("--child-cnn")
     print_training("--child-diffusers")
     print_training("--child-bert-dropout")
 
 
-def print_llama(cache):
+def print_llama(cache, wide=False):
     what = {"dynamic": "DynamicCache", "fused": "DynamicCache, fused eager: torch_tpu.fused()",
             "static": "StaticCache, decode step compiled by generate()"}[cache]
-    print(f"\ntiny Llama (2 layers, hidden 64) generate 8 tokens ({what}); batch 1 warmed at prompt "
+    size = "hidden 1024, vocab 32000" if wide else "hidden 64"
+    print(f"\ntiny Llama (2 layers, {size}) generate 8 tokens ({what}); batch 1 warmed at prompt "
           f"lengths {LLAMA_WARM}, then prompt length 34 warmed at batch sizes {BATCH_WARM}; compiles: "
           f"op executables + torch.compile graphs")
     print(f"{'mode':>5} {'b':>3} {'len':>4} {'compiles':>8} {'first s':>8} {'cpu s':>8} {'ratio':>7} {'warm s':>8} "
           f"{'peak KiB':>9} {'tokens':>8}")
-    results = {mode: run_child(mode, "--child-llama", cache) for mode in ("0", "auto")}
+    results = {mode: run_child(mode, "--child-llama", cache, wide) for mode in ("0", "auto")}
     for mode, rows in results.items():
         for r, exact in zip(rows, results["0"]):
             print(f"{mode:>5} {r['b']:>3} {r['n']:>4} {r['compiles']:>8} {r['seconds']:>8.3f} {r['cpu_seconds']:>8.3f} "

@@ -647,19 +647,67 @@ CallHints HintsOfCall(const Plan& plan, const std::vector<c10::IValue>& args, bo
 
 bool AnyDynamic(const std::vector<bool>& v) { return std::find(v.begin(), v.end(), true) != v.end(); }
 
+// Padding a small dim past 1.25x its size (a batch of 3 in bucket 4, or in
+// a warm bucket 8) saves compiles; it is worth it only while it costs little
+// memory: up to PaddingSlackBytes() more per tensor (1 MiB;
+// TORCH_TPU_PADDING_SLACK_BYTES: 0 keeps every small dim within 1.2x, at a
+// compile per fine bucket). Past that a small size takes a fine bucket
+// (FineSmallBucket), so the activations and caches of a large model stay
+// within 1.2x their exact bytes.
+int64_t PaddingSlackBytes() {
+  static const int64_t slack = [] {
+    const char* env = std::getenv("TORCH_TPU_PADDING_SLACK_BYTES");
+    return env && *env ? std::max<int64_t>(0, std::atoll(env)) : int64_t{1} << 20;
+  }();
+  return slack;
+}
+
+// Small buckets at most 1.2x their sizes: 1-4 exact, then every even size.
+int64_t FineSmallBucket(int64_t s) { return s <= 4 ? s : (s + 1) / 2 * 2; }
+
+// Whether a small dim of `size`, whose rows along it hold `row_bytes`, may
+// run padded to `bucket`.
+bool AffordablePadding(int64_t size, int64_t bucket, int64_t row_bytes) {
+  return 4 * bucket <= 5 * size || (bucket - size) * row_bytes <= PaddingSlackBytes();
+}
+
+// Per small dynamic size of a call: the most bytes a row along a dim of that
+// size holds in any input or result (padding that dim pads every tensor it
+// is in: a linear's wide result as much as its narrow input).
+std::map<int64_t, int64_t> SmallRowBytes(const Call& call, const std::vector<std::vector<bool>>& dyn) {
+  std::map<int64_t, int64_t> rows;
+  auto add = [&](int64_t size, int64_t bytes) {
+    if (size <= kSmallBucket) rows[size] = std::max(rows[size], size > 0 ? bytes / size : 0);
+  };
+  for (size_t i = 0; i < call.plan.inputs.size(); ++i) {
+    const std::vector<int64_t>& s = call.plan.inputs[i].geometry.sizes;
+    const int64_t bytes = c10::multiply_integers(s) * hlo::ByteSize(call.plan.inputs[i].dtype);
+    for (size_t d = 0; d < s.size(); ++d)
+      if (dyn[i][d]) add(s[d], bytes);
+  }
+  for (const OutputSpec& spec : call.specs) {  // a result's dims of a dynamic size
+    const int64_t bytes = c10::multiply_integers(spec.sizes) * static_cast<int64_t>(c10::elementSize(spec.dtype));
+    for (int64_t size : spec.sizes)
+      if (rows.count(size)) add(size, bytes);
+  }
+  return rows;
+}
+
 // The bucket of a small size (<= kSmallBucket) of input i's dim d: the
 // smallest bucket that dim has already run at which holds it, else its own.
 // Small buckets are coarse (4, 8, 16: a batch of 3 pads to 4, not 16), so a
 // size below a warm bucket reuses that bucket's executable instead of
 // compiling its own (more padding for fewer compiles; alone, a small size
-// pads under 2x).
-int64_t SmallBucket(const SignatureState& st, size_t i, size_t d, int64_t size) {
+// pads under 2x). Both only while the padding is affordable; else the
+// size's fine bucket.
+int64_t SmallBucket(const SignatureState& st, size_t i, size_t d, int64_t size, int64_t row_bytes) {
   auto it = st.small_buckets.find({i, d});
   if (it != st.small_buckets.end()) {
     auto b = it->second.lower_bound(size);
-    if (b != it->second.end()) return *b;
+    if (b != it->second.end() && AffordablePadding(size, *b, row_bytes)) return *b;
   }
-  return Bucket(size);
+  const int64_t coarse = Bucket(size);
+  return AffordablePadding(size, coarse, row_bytes) ? coarse : FineSmallBucket(size);
 }
 
 // The padded size of dim d of input i's buffer when the input is its whole
@@ -685,15 +733,18 @@ int64_t WholeBufferSize(const Plan& plan, size_t i, size_t d) {
 // Per input: its sizes with dynamic dims at their bucket.
 // A hinted dim's bound is its max when the size fits under it. A small
 // size takes SmallBucket(), or the small bucket its input's buffer already
-// has (the op that made it chose it: following it moves nothing); the dims
+// has (the op that made it chose it: following it moves nothing) where that
+// padding is affordable for every tensor of the call; the dims
 // of one small size in a call share the largest of their choices (a
 // broadcast partner or a contraction must match) unless `!share`: each dim
 // keeps its own (TakeUnsharedSmallBuckets tries it on a miss).
-std::vector<std::vector<int64_t>> BucketSizes(const Plan& plan, const std::vector<std::vector<bool>>& dyn,
+std::vector<std::vector<int64_t>> BucketSizes(const Call& call, const std::vector<std::vector<bool>>& dyn,
                                               const CallHints& hints, const SignatureState& st,
                                               bool share = true) {
   std::vector<std::vector<int64_t>> out;
   std::map<int64_t, int64_t> small;  // small size -> its bucket in this call
+  const Plan& plan = call.plan;
+  const std::map<int64_t, int64_t> rows = SmallRowBytes(call, dyn);
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     std::vector<int64_t> s = plan.inputs[i].geometry.sizes;
     for (size_t d = 0; d < s.size(); ++d) {
@@ -702,8 +753,9 @@ std::vector<std::vector<int64_t>> BucketSizes(const Plan& plan, const std::vecto
       if (h && h->max >= s[d]) {
         s[d] = h->max;
       } else if (s[d] <= kSmallBucket) {
-        int64_t buffer = WholeBufferSize(plan, i, d);
-        int64_t b = buffer >= s[d] && buffer <= kSmallBucket ? buffer : SmallBucket(st, i, d, s[d]);
+        const int64_t buffer = WholeBufferSize(plan, i, d), row = rows.at(s[d]);
+        const bool follow = buffer >= s[d] && buffer <= kSmallBucket && AffordablePadding(s[d], buffer, row);
+        const int64_t b = follow ? buffer : SmallBucket(st, i, d, s[d], row);
         if (!share) {
           s[d] = b;
           continue;
@@ -1468,6 +1520,17 @@ std::vector<Value> ReadInputs(hlo::Builder& b, const Plan& plan, const DynamicLa
   return reads;
 }
 
+// The padded size of a result's dynamic dim d whose size in the executable
+// is `big`: its bucket (a hint's max is the bucket itself), or `big` when
+// that is a small size whose coarse bucket would cost more memory than it
+// may (AffordablePadding: a fine small bucket stays fine).
+int64_t ResultBucket(const OutputSpec& spec, size_t d, int64_t big) {
+  const int64_t size = spec.sizes[d];
+  if (big > kSmallBucket || size <= 0) return Bucket(big);
+  const int64_t row = c10::multiply_integers(spec.sizes) / size * static_cast<int64_t>(c10::elementSize(spec.dtype));
+  return AffordablePadding(size, Bucket(big), row) ? Bucket(big) : big;
+}
+
 // Whether each result at its bucket is as large as the buffer its storage keeps.
 bool ResultsFillTheirBuffers(const DynamicCompiled& dc) {
   for (size_t k = 0; k < dc.out_bucket.size() && k < dc.out_buffer.size(); ++k)
@@ -1637,7 +1700,7 @@ DynamicCompiled* CompileDynamic(const std::string& key, const Call& call, const 
     std::vector<bool> product(big.size(), false);  // a product bucket's dim keeps it (ProductBuckets)
     for (size_t d = 0; d < big.size(); ++d) {
       product[d] = dyn[d] && products.count(big[d]);
-      if (dyn[d] && !lay.bounded && !product[d]) buffer[d] = Bucket(big[d]);  // a hint's max is the bucket itself
+      if (dyn[d] && !lay.bounded && !product[d]) buffer[d] = ResultBucket(call.specs[k], d, big[d]);
     }
     dc.out_buffer.push_back(buffer);
     dc.out_product.push_back(product);
@@ -1949,21 +2012,24 @@ namespace {
 //   coincidence (BucketSizes: a batch of 6 and a decoder length of 6 share
 //   the larger choice, 16), a combination no earlier call ran.
 // Product buckets keep theirs.
-std::map<int64_t, std::vector<int64_t>> BucketOptions(const Plan& plan, const SignatureState& st,
+std::map<int64_t, std::vector<int64_t>> BucketOptions(const Call& call, const SignatureState& st,
                                                       const DynamicLayout& lay) {
   std::map<int64_t, std::vector<int64_t>> options;
+  const Plan& plan = call.plan;
+  const std::map<int64_t, int64_t> rows = SmallRowBytes(call, lay.in_dynamic);
   for (size_t i = 0; i < plan.inputs.size(); ++i)
     for (size_t d = 0; d < lay.in_dynamic[i].size(); ++d) {
       const int64_t size = plan.inputs[i].geometry.sizes[d], own = lay.in_bucket[i][d];
       if (!lay.in_dynamic[i][d] || lay.in_product[i][d]) continue;
       const bool small = size <= kSmallBucket;
+      auto small_fits = [&](int64_t b) { return b >= size && b != own && AffordablePadding(size, b, rows.at(size)); };
       std::vector<int64_t>& choices = options[size];
-      if (small && Bucket(size) != own) choices.push_back(Bucket(size));
+      if (small && small_fits(Bucket(size))) choices.push_back(Bucket(size));
       const auto& run_at = small ? st.small_buckets : st.large_buckets;
       auto run = run_at.find({i, d});
       if (run == run_at.end()) continue;
       for (int64_t b : run->second)
-        if (small ? b >= size && b != own : b > own && 4 * b <= 5 * own) choices.push_back(b);
+        if (small ? small_fits(b) : b > own && 4 * b <= 5 * own) choices.push_back(b);
     }
   for (auto it = options.begin(); it != options.end();) {
     std::sort(it->second.begin(), it->second.end());
@@ -2015,7 +2081,7 @@ bool TakeIfWarm(const Call& call, const std::string& sig, DynamicLayout&& alt, D
 bool TakeUnsharedSmallBuckets(const Call& call, const std::string& sig, const SignatureState& st,
                               const CallHints& hints, DynamicLayout* lay, std::string* key) {
   DynamicLayout alt = *lay;
-  alt.in_bucket = BucketSizes(call.plan, alt.in_dynamic, hints, st, /*share=*/false);
+  alt.in_bucket = BucketSizes(call, alt.in_dynamic, hints, st, /*share=*/false);
   ProductBuckets(call.plan, &alt);
   if (alt.in_bucket == lay->in_bucket) return false;
   return TakeIfWarm(call, sig, std::move(alt), lay, key);
@@ -2035,7 +2101,7 @@ bool TakeWarmerBuckets(const Call& call, const std::string& sig, const Signature
                        DynamicLayout* lay, std::string* key) {
   const Plan& plan = call.plan;
   if (TakeUnsharedSmallBuckets(call, sig, st, hints, lay, key)) return true;
-  const std::map<int64_t, std::vector<int64_t>> options = BucketOptions(plan, st, *lay);
+  const std::map<int64_t, std::vector<int64_t>> options = BucketOptions(call, st, *lay);
   if (options.empty()) return false;
   std::vector<std::pair<int64_t, std::vector<int64_t>>> sizes(options.begin(), options.end());
   const double limit = std::max(1.25, MostPadding(plan, *lay));
@@ -2158,7 +2224,7 @@ std::optional<std::vector<c10::IValue>> RunBounded(Call& call, const c10::Operat
         lay.hinted = true;
         lay.bounded |= hints[i][d]->max > 0;
       }
-  lay.in_bucket = BucketSizes(call.plan, lay.in_dynamic, hints, st);
+  lay.in_bucket = BucketSizes(call, lay.in_dynamic, hints, st);
   if (lay.hinted) UnifyHintedSizes(call.plan, hints, &lay);
   ProductBuckets(call.plan, &lay);
   if (!LayOutStorages(call, &lay)) return std::nullopt;
