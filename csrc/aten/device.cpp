@@ -4,6 +4,7 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 
 #include "aten/tpu.h"
+#include "lowering/lowering.h"
 
 namespace torch_tpu::aten {
 
@@ -32,6 +33,7 @@ Runtime& GetRuntime() {
                 "TORCH_TPU_PLUGIN to cpu, cuda, tpu or a plugin path");
     try {
       Runtime::Initialize(g_plugin_path, g_cpu_devices);
+      lowering::SetTargetPlatform(Runtime::Get().platform());
     } catch (const std::exception& e) {
       TORCH_CHECK(false, "torch_tpu: ", e.what());
     }

@@ -397,7 +397,7 @@ std::vector<Value> Builder::Call(const std::string& callee, const std::vector<Va
 
 std::vector<Value> Builder::CallBounded(const std::string& callee, const std::vector<Value>& args,
                                         const std::vector<TensorType>& results) {
-  keep_dynamic_ = true;
+  keep_dynamic_ = bounded_ = true;
   std::vector<Value> out = Op("func.call", args, results, "callee = @" + callee);
   keep_dynamic_ = false;
   return out;
@@ -619,7 +619,7 @@ Value Builder::SetDimensionSize(Value x, Value size, int64_t dim, bool to_static
   t.dynamic.resize(t.shape.size(), false);
   t.dynamic.at(dim) = !to_static;
   if (!t.is_dynamic()) t.dynamic.clear();
-  keep_dynamic_ = true;
+  keep_dynamic_ = bounded_ = true;
   Value v = Op1("stablehlo.set_dimension_size", {x, size}, t,
                 "dimension = " + std::to_string(dim) + " : i64");
   keep_dynamic_ = false;
@@ -630,7 +630,7 @@ Value Builder::DynamicReshape(Value x, Value sizes, const std::vector<int64_t>& 
                               const std::vector<bool>& dynamic) {
   TensorType t{x.dtype(), bound, dynamic};
   if (!t.is_dynamic()) t.dynamic.clear();
-  keep_dynamic_ = true;
+  keep_dynamic_ = bounded_ = true;
   Value v = Op1("stablehlo.dynamic_reshape", {x, sizes}, t);
   keep_dynamic_ = false;
   return v;
@@ -679,8 +679,15 @@ Value Builder::Transpose(Value x, const std::vector<int64_t>& permutation) {
     shape.push_back(x.shape()[permutation[i]]);
   }
   if (identity) return x;
-  return Op1("stablehlo.transpose", {x}, TensorType{x.dtype(), shape},
-             "permutation = " + ArrayAttr(permutation));
+  Value v = Op1("stablehlo.transpose", {x}, TensorType{x.dtype(), shape},
+                "permutation = " + ArrayAttr(permutation));
+  transposes_[v.id] = {x, permutation};
+  return v;
+}
+
+Value Builder::TransposedFrom(const Value& v, const std::vector<int64_t>& permutation) const {
+  auto it = transposes_.find(v.id);
+  return it != transposes_.end() && it->second.second == permutation ? it->second.first : Value{};
 }
 
 Value Builder::Slice(Value x, const std::vector<int64_t>& start,

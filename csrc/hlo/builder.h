@@ -114,6 +114,12 @@ class Builder {
   // Numpy-style: right-aligned broadcast of x to shape.
   Value BroadcastTo(Value x, const std::vector<int64_t>& shape);
   Value Transpose(Value x, const std::vector<int64_t>& permutation);
+  // The operand `v` was transposed from by `permutation` in this builder
+  // (an invalid Value if `v` is no such transpose).
+  Value TransposedFrom(const Value& v, const std::vector<int64_t>& permutation) const;
+  // Whether the function has bounded dynamic dims so far (set_dimension_size,
+  // dynamic_reshape or a bounded call).
+  bool bounded() const { return bounded_; }
   Value Slice(Value x, const std::vector<int64_t>& start,
               const std::vector<int64_t>& limit, const std::vector<int64_t>& strides);
   Value DynamicSlice(Value x, const std::vector<Value>& starts,
@@ -246,6 +252,9 @@ class Builder {
   std::unordered_map<std::string, std::string> embedded_;  // module text -> callee
   int indent_ = 2;
   bool keep_dynamic_ = false;  // the op being added makes a bounded dynamic type
+  bool bounded_ = false;       // some op made a bounded dynamic type (bounded())
+  // id of a transpose's result -> its operand and permutation (TransposedFrom).
+  std::unordered_map<int, std::pair<Value, std::vector<int64_t>>> transposes_;
   bool returned_ = false;
 };
 

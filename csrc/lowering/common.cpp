@@ -31,6 +31,18 @@ const RuleEntry* Lookup(Scope scope, const std::string& name) {
 }
 }  // namespace
 
+// ---------------------------------------------------------------- target
+
+namespace {
+std::string& Platform() {
+  static std::string* p = new std::string();
+  return *p;
+}
+}  // namespace
+
+void SetTargetPlatform(const std::string& platform) { Platform() = platform; }
+const std::string& TargetPlatform() { return Platform(); }
+
 // ---------------------------------------------------------------- complex gate
 
 namespace {

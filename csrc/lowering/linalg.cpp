@@ -20,6 +20,27 @@ ElementType AccumulateType(ElementType t) {
   return ComputeType(t);
 }
 
+// XLA:CPU's Eigen dot repacks a right operand contracted along its minor dim
+// (nn.Linear's [n, k] weight read as [k, n]) on every call: [3, 1024] x
+// [32000, 1024]^T took 150-300 ms where (W x^T)^T takes 11-18 ms, as long as
+// XLA does not fold the transpose back into the dot (the barrier). One row
+// (a GEMV) is fast either way; bounded dynamic modules keep the plain dot
+// (there the swapped one made a wide generate() 1.3x slower), and so do
+// 16-bit inputs (their f32-accumulating swapped dot inside a
+// compiled graph reached a DotThunk that refuses BF16 x BF16 = F32).
+// The transposed product when that applies, else an invalid Value.
+Value SwappedTransposedDot(Context& c, Value lhs, Value rhs, const std::vector<int64_t>& lhs_contract,
+                           ElementType in, ElementType acc, bool highest) {
+  Builder& b = c.b;
+  if (TargetPlatform() != "cpu" || b.bounded() || in != ElementType::F32 || lhs.rank() != 2 ||
+      lhs.shape()[0] <= 1 || lhs_contract != std::vector<int64_t>{1})
+    return Value{};
+  Value weight = b.TransposedFrom(rhs, {1, 0});  // [n, k]
+  if (!weight.valid()) return Value{};
+  Value product = b.DotGeneral(b.Convert(weight, in), b.Convert(lhs, in), {}, {}, {1}, {1}, acc, highest);
+  return b.Transpose(b.OptimizationBarrier(product), {1, 0});
+}
+
 // lhs . rhs contracted over the given dims, in AccumulateType(inputs); the
 // caller converts to the output dtype.
 Value Contract(Context& c, Value lhs, Value rhs, const std::vector<int64_t>& lhs_batch,
@@ -27,14 +48,17 @@ Value Contract(Context& c, Value lhs, Value rhs, const std::vector<int64_t>& lhs
                const std::vector<int64_t>& lhs_contract,
                const std::vector<int64_t>& rhs_contract) {
   ElementType in = PromoteTypes(lhs.dtype(), rhs.dtype());
-  lhs = c.b.Convert(lhs, in);
-  rhs = c.b.Convert(rhs, in);
   ElementType acc = AccumulateType(in);
   // complex64 products are float32 ones (PyTorch's "highest" default: no
   // TF32 on CUDA for either); XLA:GPU lowered them at reduced precision.
   bool wide = in == ElementType::F64 || in == ElementType::C128;
   bool single = in == ElementType::F32 || in == ElementType::C64;
   bool highest = wide || (single && c.fp32_highest);
+  if (lhs_batch.empty() && rhs_contract == std::vector<int64_t>{0})
+    if (Value swapped = SwappedTransposedDot(c, lhs, rhs, lhs_contract, in, acc, highest); swapped.valid())
+      return swapped;
+  lhs = c.b.Convert(lhs, in);
+  rhs = c.b.Convert(rhs, in);
   return c.b.DotGeneral(lhs, rhs, lhs_batch, rhs_batch, lhs_contract, rhs_contract, acc,
                         highest);
 }

@@ -84,6 +84,12 @@ struct Context {
 
 using Rule = std::function<std::vector<Value>(Context&, const std::vector<Arg>&)>;
 
+// The platform modules are built for ("cpu", "cuda", "tpu"; "" until the
+// runtime starts and sets it once). A rule may emit a form one platform runs
+// faster, never a different result (linalg.cpp: XLA:CPU's transposed dots).
+void SetTargetPlatform(const std::string& platform);
+const std::string& TargetPlatform();
+
 // Who may call a rule. Everywhere: eager ops (registered with PyTorch's
 // dispatcher under its schema name), fused chains and torch.compile graphs.
 // Graph: graphs only (functional forms of views and factories, which eager
