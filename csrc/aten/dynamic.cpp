@@ -671,25 +671,27 @@ bool AffordablePadding(int64_t size, int64_t bucket, int64_t row_bytes) {
   return 4 * bucket <= 5 * size || (bucket - size) * row_bytes <= PaddingSlackBytes();
 }
 
+// The bytes a tensor of `sizes` (elements of `item` bytes) holds per row
+// along a dim of `size`.
+int64_t BytesPerRow(const std::vector<int64_t>& sizes, int64_t item, int64_t size) {
+  return size > 0 ? c10::multiply_integers(sizes) * item / size : 0;
+}
+
 // Per small dynamic size of a call: the most bytes a row along a dim of that
 // size holds in any input or result (padding that dim pads every tensor it
 // is in: a linear's wide result as much as its narrow input).
 std::map<int64_t, int64_t> SmallRowBytes(const Call& call, const std::vector<std::vector<bool>>& dyn) {
   std::map<int64_t, int64_t> rows;
-  auto add = [&](int64_t size, int64_t bytes) {
-    if (size <= kSmallBucket) rows[size] = std::max(rows[size], size > 0 ? bytes / size : 0);
-  };
+  auto add = [&](int64_t size, int64_t row) { rows[size] = std::max(rows[size], row); };
   for (size_t i = 0; i < call.plan.inputs.size(); ++i) {
     const std::vector<int64_t>& s = call.plan.inputs[i].geometry.sizes;
-    const int64_t bytes = c10::multiply_integers(s) * hlo::ByteSize(call.plan.inputs[i].dtype);
+    const int64_t item = hlo::ByteSize(call.plan.inputs[i].dtype);
     for (size_t d = 0; d < s.size(); ++d)
-      if (dyn[i][d]) add(s[d], bytes);
+      if (dyn[i][d] && s[d] <= kSmallBucket) add(s[d], BytesPerRow(s, item, s[d]));
   }
-  for (const OutputSpec& spec : call.specs) {  // a result's dims of a dynamic size
-    const int64_t bytes = c10::multiply_integers(spec.sizes) * static_cast<int64_t>(c10::elementSize(spec.dtype));
+  for (const OutputSpec& spec : call.specs)  // a result's dims of a dynamic size
     for (int64_t size : spec.sizes)
-      if (rows.count(size)) add(size, bytes);
-  }
+      if (rows.count(size)) add(size, BytesPerRow(spec.sizes, c10::elementSize(spec.dtype), size));
   return rows;
 }
 
@@ -1527,7 +1529,7 @@ std::vector<Value> ReadInputs(hlo::Builder& b, const Plan& plan, const DynamicLa
 int64_t ResultBucket(const OutputSpec& spec, size_t d, int64_t big) {
   const int64_t size = spec.sizes[d];
   if (big > kSmallBucket || size <= 0) return Bucket(big);
-  const int64_t row = c10::multiply_integers(spec.sizes) / size * static_cast<int64_t>(c10::elementSize(spec.dtype));
+  const int64_t row = BytesPerRow(spec.sizes, c10::elementSize(spec.dtype), size);
   return AffordablePadding(size, Bucket(big), row) ? Bucket(big) : big;
 }
 

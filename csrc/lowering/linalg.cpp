@@ -34,12 +34,12 @@ ElementType AccumulateType(ElementType t) {
 // [1024, 256]^T: 216 vs 517 us).
 constexpr int64_t kSwapMinWeightElements = int64_t{1} << 16;
 
-// The transposed product when that applies, else an invalid Value.
-Value SwappedTransposedDot(Context& c, Value lhs, Value rhs, const std::vector<int64_t>& lhs_contract,
-                           ElementType in, ElementType acc, bool highest) {
+// The product [m, k] x [k, n] of a plain 2-D contraction that way when
+// that applies, else an invalid Value.
+Value SwappedTransposedDot(Context& c, Value lhs, Value rhs, ElementType in, ElementType acc, bool highest) {
   Builder& b = c.b;
   if (TargetPlatform() != "cpu" || b.bounded() || in != ElementType::F32 || lhs.rank() != 2 ||
-      lhs.shape()[0] <= 1 || lhs_contract != std::vector<int64_t>{1})
+      lhs.shape()[0] <= 1)
     return Value{};
   Value weight = b.TransposedFrom(rhs, {1, 0});  // [n, k]
   if (!weight.valid() || weight.shape()[0] * weight.shape()[1] < kSwapMinWeightElements) return Value{};
@@ -60,9 +60,10 @@ Value Contract(Context& c, Value lhs, Value rhs, const std::vector<int64_t>& lhs
   bool wide = in == ElementType::F64 || in == ElementType::C128;
   bool single = in == ElementType::F32 || in == ElementType::C64;
   bool highest = wide || (single && c.fp32_highest);
-  if (lhs_batch.empty() && rhs_contract == std::vector<int64_t>{0})
-    if (Value swapped = SwappedTransposedDot(c, lhs, rhs, lhs_contract, in, acc, highest); swapped.valid())
-      return swapped;
+  const bool plain_2d = lhs_batch.empty() && lhs_contract == std::vector<int64_t>{1} &&
+                        rhs_contract == std::vector<int64_t>{0};
+  if (plain_2d)
+    if (Value swapped = SwappedTransposedDot(c, lhs, rhs, in, acc, highest); swapped.valid()) return swapped;
   lhs = c.b.Convert(lhs, in);
   rhs = c.b.Convert(rhs, in);
   return c.b.DotGeneral(lhs, rhs, lhs_batch, rhs_batch, lhs_contract, rhs_contract, acc,
