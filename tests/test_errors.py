@@ -206,3 +206,22 @@ def test_import_torch_tpu_before_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith("2.0")
+
+
+@pytest.mark.parametrize("op", [
+    lambda a, b: torch.mm(a, b),
+    lambda a, b: a @ b,
+    lambda a, b: torch.nn.functional.linear(a, b.t()),
+    lambda a, b: torch.addmm(torch.zeros(3, 5, device=a.device), a, b),
+    lambda a, b: torch.mv(a, b[:, 0]),
+], ids=["mm", "matmul", "linear", "addmm", "mv"])
+def test_products_of_mixed_dtypes_raise_like_cpu(op):
+    """PyTorch never promotes between a product's operands (f32 @ f16 raises);
+    a tpu product used to compute it in f32."""
+    a, b = torch.randn(3, 4), torch.randn(4, 5, dtype=torch.float16)
+    with pytest.raises(RuntimeError, match="dtype"):
+        op(a, b)
+    with pytest.raises(RuntimeError, match="same dtype"):
+        op(a.to("tpu"), b.to("tpu"))
+    torch.testing.assert_close(op(a.to("tpu"), b.float().to("tpu")).cpu(), op(a, b.float()))
+    _device_works()

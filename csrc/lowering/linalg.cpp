@@ -53,7 +53,10 @@ Value Contract(Context& c, Value lhs, Value rhs, const std::vector<int64_t>& lhs
                const std::vector<int64_t>& rhs_batch,
                const std::vector<int64_t>& lhs_contract,
                const std::vector<int64_t>& rhs_contract) {
-  ElementType in = PromoteTypes(lhs.dtype(), rhs.dtype());
+  if (lhs.dtype() != rhs.dtype())  // as PyTorch: no promotion between a product's operands
+    throw std::invalid_argument(std::string("expected m1 and m2 to have the same dtype, but got: ") +
+                                hlo::Name(lhs.dtype()) + " != " + hlo::Name(rhs.dtype()));
+  ElementType in = lhs.dtype();
   ElementType acc = AccumulateType(in);
   // complex64 products are float32 ones (PyTorch's "highest" default: no
   // TF32 on CUDA for either); XLA:GPU lowered them at reduced precision.
