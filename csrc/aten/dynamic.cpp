@@ -671,23 +671,29 @@ bool AffordablePadding(int64_t size, int64_t bucket, int64_t row_bytes) {
   return 4 * bucket <= 5 * size || (bucket - size) * row_bytes <= PaddingSlackBytes();
 }
 
+// Whether a large dim of `size` may run in a warm bucket past 1.25x its own
+// (BucketOptions): at most 1.5x its size, while the padding is affordable.
+bool LargeAffordable(int64_t size, int64_t bucket, int64_t row_bytes) {
+  return 2 * bucket <= 3 * size && AffordablePadding(size, bucket, row_bytes);
+}
+
 // The bytes a tensor of `sizes` (elements of `item` bytes) holds per row
 // along a dim of `size`.
 int64_t BytesPerRow(const std::vector<int64_t>& sizes, int64_t item, int64_t size) {
   return size > 0 ? c10::multiply_integers(sizes) * item / size : 0;
 }
 
-// Per small dynamic size of a call: the most bytes a row along a dim of that
+// Per dynamic size of a call: the most bytes a row along a dim of that
 // size holds in any input or result (padding that dim pads every tensor it
 // is in: a linear's wide result as much as its narrow input).
-std::map<int64_t, int64_t> SmallRowBytes(const Call& call, const std::vector<std::vector<bool>>& dyn) {
+std::map<int64_t, int64_t> RowBytes(const Call& call, const std::vector<std::vector<bool>>& dyn) {
   std::map<int64_t, int64_t> rows;
   auto add = [&](int64_t size, int64_t row) { rows[size] = std::max(rows[size], row); };
   for (size_t i = 0; i < call.plan.inputs.size(); ++i) {
     const std::vector<int64_t>& s = call.plan.inputs[i].geometry.sizes;
     const int64_t item = hlo::ByteSize(call.plan.inputs[i].dtype);
     for (size_t d = 0; d < s.size(); ++d)
-      if (dyn[i][d] && s[d] <= kSmallBucket) add(s[d], BytesPerRow(s, item, s[d]));
+      if (dyn[i][d]) add(s[d], BytesPerRow(s, item, s[d]));
   }
   for (const OutputSpec& spec : call.specs)  // a result's dims of a dynamic size
     for (int64_t size : spec.sizes)
@@ -746,7 +752,7 @@ std::vector<std::vector<int64_t>> BucketSizes(const Call& call, const std::vecto
   std::vector<std::vector<int64_t>> out;
   std::map<int64_t, int64_t> small;  // small size -> its bucket in this call
   const Plan& plan = call.plan;
-  const std::map<int64_t, int64_t> rows = SmallRowBytes(call, dyn);
+  const std::map<int64_t, int64_t> rows = RowBytes(call, dyn);
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     std::vector<int64_t> s = plan.inputs[i].geometry.sizes;
     for (size_t d = 0; d < s.size(); ++d) {
@@ -2008,7 +2014,9 @@ namespace {
 // The other buckets each dynamic size of the call may take instead of its
 // own, sizes with none left out:
 // - a large size: the larger buckets a dim of that size has run at, up to
-//   1.25x its own (WarmerBuckets);
+//   1.25x its own, or further where the padding is affordable
+//   (AffordablePadding: a prompt of 22 tokens in a warm 36-bucket while
+//   that costs each tensor at most the slack);
 // - a small size: the buckets a dim of that size has run at which hold it,
 //   and its own Bucket(). A small size's choice may follow a buffer or a
 //   coincidence (BucketSizes: a batch of 6 and a decoder length of 6 share
@@ -2018,7 +2026,7 @@ std::map<int64_t, std::vector<int64_t>> BucketOptions(const Call& call, const Si
                                                       const DynamicLayout& lay) {
   std::map<int64_t, std::vector<int64_t>> options;
   const Plan& plan = call.plan;
-  const std::map<int64_t, int64_t> rows = SmallRowBytes(call, lay.in_dynamic);
+  const std::map<int64_t, int64_t> rows = RowBytes(call, lay.in_dynamic);
   for (size_t i = 0; i < plan.inputs.size(); ++i)
     for (size_t d = 0; d < lay.in_dynamic[i].size(); ++d) {
       const int64_t size = plan.inputs[i].geometry.sizes[d], own = lay.in_bucket[i][d];
@@ -2031,7 +2039,8 @@ std::map<int64_t, std::vector<int64_t>> BucketOptions(const Call& call, const Si
       auto run = run_at.find({i, d});
       if (run == run_at.end()) continue;
       for (int64_t b : run->second)
-        if (small ? small_fits(b) : b > own && 4 * b <= 5 * own) choices.push_back(b);
+        if (small ? small_fits(b) : b > own && (4 * b <= 5 * own || LargeAffordable(size, b, rows.at(size))))
+          choices.push_back(b);
     }
   for (auto it = options.begin(); it != options.end();) {
     std::sort(it->second.begin(), it->second.end());
@@ -2056,6 +2065,35 @@ double MostPadding(const Plan& plan, const DynamicLayout& lay) {
       if (lay.in_dynamic[i][d] && !lay.in_product[i][d] && sizes[d] > kSmallBucket)
         padding *= static_cast<double>(lay.in_bucket[i][d]) / static_cast<double>(sizes[d]);
     most = std::max(most, padding);
+  }
+  return most;
+}
+
+// The most bytes the call's padding adds to any of its tensors at `lay`'s
+// buckets: each input's, and each result's, whose dims of a dynamic size
+// take the largest bucket that size has in the call.
+int64_t MostExtraBytes(const Call& call, const DynamicLayout& lay) {
+  const Plan& plan = call.plan;
+  std::map<int64_t, int64_t> bucket_of;  // dynamic size -> its largest bucket
+  int64_t most = 0;
+  for (size_t i = 0; i < plan.inputs.size(); ++i) {
+    const std::vector<int64_t>& sizes = plan.inputs[i].geometry.sizes;
+    int64_t padded = 1;
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      const int64_t b = lay.in_dynamic[i][d] ? lay.in_bucket[i][d] : sizes[d];
+      if (lay.in_dynamic[i][d]) bucket_of[sizes[d]] = std::max(bucket_of[sizes[d]], b);
+      padded *= b;
+    }
+    most = std::max(most, (padded - c10::multiply_integers(sizes)) * hlo::ByteSize(plan.inputs[i].dtype));
+  }
+  for (const OutputSpec& spec : call.specs) {
+    int64_t padded = 1;
+    for (int64_t size : spec.sizes) {
+      auto it = bucket_of.find(size);
+      padded *= it == bucket_of.end() ? size : it->second;
+    }
+    most = std::max(most, (padded - c10::multiply_integers(spec.sizes)) *
+                              static_cast<int64_t>(c10::elementSize(spec.dtype)));
   }
   return most;
 }
@@ -2096,8 +2134,10 @@ bool TakeUnsharedSmallBuckets(const Call& call, const std::string& sig, const Si
 // (BucketOptions), when that combination has an executable: at most
 // a host re-layout of its inputs instead of a compile.
 // No input may then be padded past 1.25x its elements (or what its own
-// buckets pad): an image of side 34 after sides 32 and 40 compiles its
-// 36-bucket rather than run at 40 (1.38x its pixels) from then on.
+// buckets pad) unless that adds at most the slack to each tensor
+// (MostExtraBytes, PaddingSlackBytes): a large image of side 34 after sides
+// 32 and 40 compiles its 36-bucket rather than run at 40 (1.38x its pixels)
+// from then on; a small one runs at 40.
 // True when it took one (`lay` and `key` are then that combination's).
 bool TakeWarmerBuckets(const Call& call, const std::string& sig, const SignatureState& st, const CallHints& hints,
                        DynamicLayout* lay, std::string* key) {
@@ -2119,7 +2159,8 @@ bool TakeWarmerBuckets(const Call& call, const std::string& sig, const Signature
           if (pick[k] > 0 && alt.in_dynamic[i][d] && !alt.in_product[i][d] &&
               plan.inputs[i].geometry.sizes[d] == sizes[k].first)
             alt.in_bucket[i][d] = sizes[k].second[pick[k] - 1];
-    if (MostPadding(plan, alt) <= limit && TakeIfWarm(call, sig, std::move(alt), lay, key)) return true;
+    const bool affordable = MostPadding(plan, alt) <= limit || MostExtraBytes(call, alt) <= PaddingSlackBytes();
+    if (affordable && TakeIfWarm(call, sig, std::move(alt), lay, key)) return true;
   }
   return false;
 }
