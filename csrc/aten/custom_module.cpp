@@ -659,6 +659,7 @@ void RegisterCustomModuleBindings(PyObject* module) {
   m.def("_run_custom_module_padded", &RunPaddedModule, py::arg("handle"), py::arg("inputs"),
         py::arg("out_real"), py::arg("donate") = std::vector<int64_t>());
   m.def("_dynamic_bucket", &DynamicBucket);
+  m.def("_small_bucket", &SmallBucketAmong, py::arg("warm"), py::arg("size"), py::arg("row_bytes"));
   m.def("_count_exact_fallback", &CountExactFallback);
   m.def("_set_jax_ops_join_fused", [](bool on) { return g_join_fused.exchange(on); });
 }

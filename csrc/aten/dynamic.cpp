@@ -710,12 +710,7 @@ std::map<int64_t, int64_t> RowBytes(const Call& call, const std::vector<std::vec
 // size's fine bucket.
 int64_t SmallBucket(const SignatureState& st, size_t i, size_t d, int64_t size, int64_t row_bytes) {
   auto it = st.small_buckets.find({i, d});
-  if (it != st.small_buckets.end()) {
-    auto b = it->second.lower_bound(size);
-    if (b != it->second.end() && AffordablePadding(size, *b, row_bytes)) return *b;
-  }
-  const int64_t coarse = Bucket(size);
-  return AffordablePadding(size, coarse, row_bytes) ? coarse : FineSmallBucket(size);
+  return SmallBucketAmong(it != st.small_buckets.end() ? it->second : std::set<int64_t>{}, size, row_bytes);
 }
 
 // The padded size of dim d of input i's buffer when the input is its whole
@@ -1973,6 +1968,12 @@ void ForgetDynamicSizes() {
 }
 
 int64_t DynamicBucket(int64_t s) { return Bucket(s); }
+int64_t SmallBucketAmong(const std::set<int64_t>& warm, int64_t size, int64_t row_bytes) {
+  auto b = warm.lower_bound(size);
+  if (b != warm.end() && AffordablePadding(size, *b, row_bytes)) return *b;
+  const int64_t coarse = Bucket(size);
+  return AffordablePadding(size, coarse, row_bytes) ? coarse : FineSmallBucket(size);
+}
 pjrt::BufferPtr PaddedBuffer(runtime::DeviceStorage* s, const std::vector<int64_t>& real,
                              const std::vector<int64_t>& padded, int device) {
   return PaddedStorageBuffer(s, StorageLayout{real, padded}, device);

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,12 @@ DynamicCounters DynamicStats();
 // jax_op exports with bounded dims).
 // The bucket a dynamic dim of size `s` runs at (16, 18, 20, ..., 32, 36, ...).
 int64_t DynamicBucket(int64_t s);
+// The bucket of a small size (<= 16) of a dim that has run at the `warm`
+// small buckets, whose rows hold `row_bytes` in the largest tensor they are
+// in: the smallest warm bucket that holds it, else its coarse bucket (4, 8,
+// 16), while that pads each tensor past 1.25x by at most the slack
+// (TORCH_TPU_PADDING_SLACK_BYTES); else its fine bucket (1-4, then even).
+int64_t SmallBucketAmong(const std::set<int64_t>& warm, int64_t size, int64_t row_bytes);
 // The buffer of storage `s` laid out row-major at `padded` sizes with its
 // `real` elements at the front of each dim: its buffer when it holds that
 // layout, else padded through the host once (the storage keeps the layout).

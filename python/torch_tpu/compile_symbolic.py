@@ -7,7 +7,8 @@ takes its value from the call's arguments (a SymInt input, or a tensor dim
 that is that symbol) and its *bucket* (strict eager's, ``torch_tpu.dynamic.bucket``:
 4, 8, 16, then 8 per octave: 18, 20, ..., 32, 36, ...; a value up to 16
 reuses the smallest small bucket its symbol already has a module for, as
-eager does). The module of a
+eager does, while that padding costs each tensor at most the slack,
+TORCH_TPU_PADDING_SLACK_BYTES; past it a fine bucket: 1-4, then even sizes). The module of a
 bucket key (one bucket per symbol) is built from the same FX graph with every
 symbolic dim at its bound (the expression evaluated at the buckets) and
 flagged dynamic: set_dimension_size'd to its real size, a runtime i32
@@ -249,17 +250,53 @@ class Shapes:
 SMALL_BUCKET = 16  # strict eager's kSmallBucket (dynamic.cpp): buckets 4, 8, 16
 
 
-def bucket_of(values: tuple, warm: tuple = ()) -> tuple:
+def bucket_of(values: tuple, warm: tuple = (), row_bytes: tuple = ()) -> tuple:
     """Each symbol's bucket. A small value (<= 16) takes the smallest small
     bucket its symbol has already run at that holds it (`warm`: per symbol,
-    those buckets), as strict eager's SmallBucket does: a batch of 3 after
-    batches 4 and 5 reuses their 8-bucket instead of compiling a 4-bucket."""
+    those buckets), else its own coarse bucket, as strict eager's SmallBucket
+    does (a batch of 3 after batches 4 and 5 reuses their 8-bucket instead of
+    compiling a 4-bucket), while that adds at most the padding slack to each
+    tensor past 1.25x (`row_bytes`: per symbol, the most bytes a row along a
+    dim of it holds in any tensor of the graph); else its fine bucket (1-4,
+    then even sizes: a large model's static cache at batch 3 stays at 3)."""
     key = []
     for i, v in enumerate(values):
         v = int(v)
-        held = [w for w in (warm[i] if i < len(warm) else ()) if w >= v] if v <= SMALL_BUCKET else []
-        key.append(min(held) if held else bucket(v))
+        held = set(warm[i]) if i < len(warm) else set()
+        if v > SMALL_BUCKET or v <= 1:
+            above = [w for w in held if w >= v] if 0 < v <= SMALL_BUCKET else []
+            key.append(min(above) if above else bucket(v))
+        else:
+            key.append(int(_C._small_bucket(held, v, row_bytes[i] if i < len(row_bytes) else 0)))
     return tuple(key)
+
+
+def _tensor_shapes(gm: torch.fx.GraphModule) -> list:
+    """(symbolic shape, item size) of every tensor the graph takes or makes."""
+    out = []
+    for node in gm.graph.nodes:
+        for v in _vals(node.meta.get("val")):
+            if isinstance(v, torch.Tensor):
+                out.append(([_expr(n) if isinstance(n, torch.SymInt) else int(n) for n in v.shape],
+                             v.element_size()))
+    return out
+
+
+def row_bytes(shapes: list, symbols: Symbols, values: tuple) -> tuple:
+    """Per symbol: the most bytes a row along a dim of it holds in any of
+    `shapes` (_tensor_shapes) at `values`."""
+    env = {k: sympy.Integer(int(v)) for k, v in zip(symbols.order, values)}
+    rows = [0] * len(values)
+    for shape, item in shapes:
+        sizes = [int(e.xreplace(env)) if isinstance(e, sympy.Expr) else e for e in shape]
+        nbytes = item
+        for n in sizes:
+            nbytes *= n
+        for i, sym in enumerate(symbols.order):
+            v = int(values[i])
+            if v > 0 and any(isinstance(e, sympy.Expr) and sym in e.free_symbols for e in shape):
+                rows[i] = max(rows[i], nbytes // v)
+    return tuple(rows)
 
 
 def _dim_is_dynamic(t: torch.Tensor, dim: int) -> bool:
@@ -337,6 +374,7 @@ class Bucketed:
         self.gm, self.dense_from = gm, dense_from
         self._boxed_call = True
         self.symbols = Symbols(gm)
+        self.shapes = _tensor_shapes(gm)
         if self.symbols.missing:
             raise _Unsupported(f"symbols {', '.join(self.symbols.missing)} of no graph input")
         self.reason = unbounded_reason(gm)
@@ -358,7 +396,8 @@ class Bucketed:
         if self.reason is None:
             key = self.keys.get(values)
             if key is None:
-                key = self.keys[values] = bucket_of(values, self._small_buckets())
+                rows = row_bytes(self.shapes, self.symbols, values)
+                key = self.keys[values] = bucket_of(values, self._small_buckets(), rows)
             if key not in self.modules:
                 self.modules[key] = self._bounded(args, key)
             entry = self.modules[key]

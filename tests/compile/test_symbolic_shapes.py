@@ -361,3 +361,18 @@ def test_layer_norm_over_a_padded_hidden_dim_runs_exact():
         x = torch.randn(n, h) * 3 + 1
         torch.testing.assert_close(cf(x.to("tpu")).cpu(), f(x), **TOL)
     assert tpu_compile.stats()["bucket_modules"] == 0, tpu_compile.symbolic_fallbacks()
+
+
+@pytest.mark.parametrize("width, new", [
+    (16, (True, True, False, False)),      # 64-byte rows: 4, then 8 for 5, 6, 7
+    (131072, (True, True, False, True)),   # 512 KiB rows: 4, then 6 for 5 and 6; 8 for 7
+])
+def test_a_small_batch_pads_past_a_quarter_only_while_it_costs_little(width, new):
+    """A small symbol takes its coarse bucket (4, 8, 16) or a warm larger one
+    while that adds at most 1 MiB to each tensor past 1.25x, as strict eager
+    does (TORCH_TPU_PADDING_SLACK_BYTES); rows of 512 KiB take fine buckets:
+    batch 5 runs at 6, not at 8 (3 more rows, 1.5 MiB)."""
+    def f(x):
+        return (x * 2.0).sum(-1)
+
+    _check(f, lambda b: [torch.randn(b, width)], (4, 5, 6, 7), new, dynamic=True)
