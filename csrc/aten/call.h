@@ -304,8 +304,9 @@ class FastCall {
   std::optional<std::vector<c10::IValue>> TryKnown(const OpDesc& desc, const std::vector<c10::IValue>& args);
   // Before a known call launches: its unfilled storages get zeros, as planning gives them.
   void FillUnfilled();
-  // After the full path: whether each of the call's storages kept its buffer and layout.
-  bool LayoutsKept() const;
+  // After the full path: whether each of the call's storages kept its buffer
+  // and layout (`written`: storages the call overwrote, left out).
+  bool LayoutsKept(const std::vector<const runtime::DeviceStorage*>& written = {}) const;
 
   bool eligible_ = false;
   bool recording_ = false;

@@ -24,7 +24,10 @@
 // module reads each view in its buffer.
 //
 // A bounded-dynamic launch (dynamic.cpp, padded_rows.cpp) of a functional
-// call is remembered the same way: a later call with the same fingerprint
+// call, or of an in-place one that overwrites whole destinations its module
+// does not read (fill_, copy_ into a fresh tensor: each destination's
+// storage takes its result as its padded buffer), is remembered the same
+// way: a later call with the same fingerprint
 // (the same exact sizes, its padded storages in the same layouts) launches
 // the same executable with the same runtime sizes, its results laid out as
 // before. The fingerprint then says of each padded storage its layout and
@@ -97,6 +100,9 @@ struct BoundedEntry {
   std::vector<Source> sources;      // per module parameter
   std::vector<OutputSpec> outputs;  // the op's outputs, undefined ones included
   std::vector<ElementType> dtypes;  // per defined output: its storage dtype
+  // An in-place call (a fill or copy that overwrites whole destinations the
+  // module does not read): its destinations, in result order; `outputs` is empty.
+  std::vector<Source> destinations;
 };
 
 std::unordered_map<uint64_t, BoundedEntry>& BoundedEntries() {
@@ -427,8 +433,13 @@ std::vector<c10::IValue> LaunchBounded(const OpDesc& desc, const BoundedEntry& e
   for (int64_t size : b.sizes) launch.params.push_back(runtime::LaunchParam::Integer(size, ElementType::I32));
   std::vector<pjrt::BufferPtr> outs = runtime::Run(GetRuntime(), launch);
   std::vector<c10::IValue> results;
-  results.reserve(e.outputs.size());
+  results.reserve(e.outputs.size() + e.destinations.size());
   size_t k = 0;
+  for (const Source& d : e.destinations) {  // each takes its result as its (padded) buffer
+    results.emplace_back(TensorOf(d, args));
+    b.results[k].Apply(StorageOfTensor(results.back().toTensor()), outs.at(k));
+    ++k;
+  }
   for (const OutputSpec& spec : e.outputs) {
     results.emplace_back(spec.defined ? FreshOutput(spec, e.dtypes[k]) : at::Tensor());
     if (!spec.defined) continue;
@@ -461,6 +472,33 @@ bool WholeWrites(const Call& call, FastEntry* e) {
   for (const Param& q : plan.params) e->donated.push_back(Donated(call, q));
   e->destinations = std::move(dests);
   e->outputs.clear();  // the destinations are all of them
+  return true;
+}
+
+// An in-place bounded launch the hit path can repeat (into `dests`, their
+// storages in `storages`): every result overwrites a whole destination, an
+// argument of its own, which the module does not read (a fill, or a copy
+// into a fresh tensor: its old buffer, or its zeros, matter to nobody), and
+// took a layout (no window of a padded storage written in place).
+bool OverwrittenDestinations(const Call& call, const BoundedLaunch& launch, std::vector<Source>* dests,
+                             std::vector<const DeviceStorage*>* storages) {
+  const Plan& plan = call.plan;
+  if (call.desc->mutable_args.size() != plan.dests.size() || call.specs.size() != plan.dests.size() ||
+      launch.results.size() != plan.dests.size())
+    return false;
+  for (size_t k = 0; k < plan.dests.size(); ++k) {
+    const size_t i = call.desc->mutable_args[k];
+    const Dest& d = plan.dests[k];
+    if (i >= plan.args.size() || plan.args[i].kind != Arg::Kind::Tensor || plan.args[i].tensors.size() != 1 ||
+        !d.tensor.defined() || !d.geometry.whole || d.offset_param >= 0)
+      return false;
+    const int param = plan.storage_param[d.storage];
+    if (param >= 0 && launch.taken.at(param)) return false;  // the module reads it
+    const DeviceStorage* s = plan.storages[d.storage];
+    if (std::find(storages->begin(), storages->end(), s) != storages->end()) return false;
+    storages->push_back(s);
+    dests->push_back({Source::Kind::Buffer, i});
+  }
   return true;
 }
 
@@ -576,24 +614,36 @@ void FastCall::Remember(const Call& call, const pjrt::ExecutablePtr& exe,
   entries[hash_] = std::move(e);
 }
 
-bool FastCall::LayoutsKept() const {
+bool FastCall::LayoutsKept(const std::vector<const DeviceStorage*>& written) const {
   if (layouts_.size() != storages_.size()) return false;
   for (size_t i = 0; i < storages_.size(); ++i)
-    if (LayoutHash(*storages_[i]) != layouts_[i]) return false;
+    if (LayoutHash(*storages_[i]) != layouts_[i] &&
+        std::find(written.begin(), written.end(), storages_[i]) == written.end())
+      return false;
   return true;
 }
 
 void FastCall::RememberBounded(const Call& call, BoundedLaunch launch) {
   if (!eligible_ || any_pending_ || any_hinted_ || !DynamicShapesActive()) return;
-  // Padded through the host: the next call reads it as it is now.
-  if (call.plan.device != device_ || !call.written.empty() || !LayoutsKept()) return;
+  if (call.plan.device != device_) return;
   BoundedEntry e;
+  std::vector<const DeviceStorage*> overwritten;
+  if (call.desc->variant == Variant::InPlace) {
+    if (!OverwrittenDestinations(call, launch, &e.destinations, &overwritten)) return;
+  } else if (!call.written.empty()) {
+    return;
+  }
+  // Padded through the host: the next call reads it as it is now.
+  if (!LayoutsKept(overwritten)) return;
   if (!SourcesOf(call, &e.sources, launch.taken)) return;
-  e.outputs = call.cached();
   for (const Dest& d : call.plan.dests) e.dtypes.push_back(d.dtype);
-  size_t defined = 0;
-  for (const OutputSpec& o : e.outputs) defined += o.defined;
-  if (defined != e.dtypes.size() || launch.results.size() != e.dtypes.size()) return;
+  if (e.destinations.empty()) {
+    e.outputs = call.cached();
+    size_t defined = 0;
+    for (const OutputSpec& o : e.outputs) defined += o.defined;
+    if (defined != e.dtypes.size()) return;
+  }
+  if (launch.results.size() != e.dtypes.size()) return;
   e.fingerprint.assign(fingerprint_.begin(), fingerprint_.end());
   e.launch = std::move(launch);
   auto& entries = BoundedEntries();

@@ -211,3 +211,56 @@ def test_exact_calls_on_windows_of_a_padded_storage_take_the_hit_path():
             assert s["hit_path_hits"] == s["executions"], s
         dx.add_(1.0)  # new values in the same layout: read by the next calls
         x.add_(1.0)
+
+
+def _fresh_fills_and_copies(ids):
+    """HF generate()'s pattern: fresh tensors filled (torch.full, ones) and
+    an integer tensor copied to float (`.to(dtype)`), at the batch's sizes."""
+    b, n = ids.shape
+    mask = torch.full((b, n), 2, device=ids.device)  # empty + fill_
+    ones = torch.ones(b, n, 4, device=ids.device)
+    pos = ids.to(torch.float32)  # empty + copy_ with a conversion
+    return (pos * mask).unsqueeze(-1) + ones
+
+
+def test_fills_and_copies_into_fresh_tensors_take_the_hit_path():
+    for n in (33, 34):  # static, then the 36-bucket
+        _fresh_fills_and_copies(torch.randint(0, 9, (3, n)).to("tpu") + 0).cpu()
+    ids = torch.randint(0, 9, (3, 35))
+    _fresh_fills_and_copies(ids.to("tpu") + 0).cpu()  # the full path, each launch remembered
+    debug.reset_stats()
+    for k in range(3):
+        x = ids + k
+        dx = x.to("tpu") + 0  # padded through the host: this add takes the full path
+        got = _fresh_fills_and_copies(dx)
+        torch.testing.assert_close(got.cpu(), _fresh_fills_and_copies(x))
+    s = debug.stats()
+    assert s["compiles"] == 0, s["compiles_by_op"]
+    # Per call: add, then fill_, fill_, copy_, mul, add on bounded executables, all but the first by the hit path.
+    assert s["dynamic_hits"] == 18 and s["dynamic_hit_path_hits"] == 15, s
+    assert got.untyped_storage().nbytes() == 3 * 35 * 4 * 4
+
+
+def test_a_copy_over_a_tensor_its_views_see_on_the_hit_path():
+    """copy_ overwrites a whole tensor the module does not read: the hit path
+    gives its storage the new (padded) buffer; a view taken before sees it."""
+    for n in (33, 34):  # a fresh destination, then the same one again (padded at 34)
+        dest = torch.empty(2, n, device="tpu")
+        for _ in range(2):
+            dest.copy_(torch.randn(2, n).to("tpu").exp()).cpu()
+    dest = torch.empty(2, 35, device="tpu")
+    view = dest[1, 3:9]
+    ptr = dest.data_ptr()
+    launches = []
+    for k in range(4):
+        src = torch.randn(2, 35)
+        debug.reset_stats()
+        dest.copy_(src.to("tpu").exp())
+        s = debug.stats()
+        launches.append((s["compiles"], s["dynamic_hits"], s["dynamic_hit_path_hits"]))
+        torch.testing.assert_close(dest.cpu(), src.exp())
+        torch.testing.assert_close(view.cpu(), src.exp()[1, 3:9])
+    assert dest.data_ptr() == ptr and dest.untyped_storage().nbytes() == 2 * 35 * 4
+    # exp, then copy_: the first call into the fresh tensor, the second into the
+    # padded one take the full path; the later ones are theirs again (copy_ by the hit path).
+    assert launches == [(0, 2, 0), (0, 2, 0), (0, 2, 1), (0, 2, 1)], launches
