@@ -568,6 +568,9 @@ std::optional<std::vector<c10::IValue>> FastCall::TryKnown(const OpDesc& desc, c
   auto& bounded = BoundedEntries();
   auto it = bounded.find(hash_);
   if (it == bounded.end() || !Same(it->second.fingerprint, fingerprint_)) return std::nullopt;
+  // An overwrite while fused eager records: the full path runs the chain first
+  // when it holds the storage (SettleRecordingFor).
+  if (recording_ && !it->second.destinations.empty()) return std::nullopt;
   FillUnfilled();
   return LaunchBounded(desc, it->second, args, device_);
 }

@@ -264,3 +264,23 @@ def test_a_copy_over_a_tensor_its_views_see_on_the_hit_path():
     # exp, then copy_: the first call into the fresh tensor, the second into the
     # padded one take the full path; the later ones are theirs again (copy_ by the hit path).
     assert launches == [(0, 2, 0), (0, 2, 0), (0, 2, 1), (0, 2, 1)], launches
+
+
+def test_an_overwrite_in_fused_eager_keeps_the_chain_reading_the_old_value():
+    """A remembered copy_ into a padded tensor, while fused eager has recorded
+    a read of that tensor: the chain reads the value before the copy."""
+    for n in (33, 34):
+        dest = torch.empty(2, n, device="tpu")
+        for _ in range(2):
+            dest.copy_(torch.randn(2, n).to("tpu").exp()).cpu()
+    x = torch.empty(2, 35, device="tpu")
+    for _ in range(2):  # fresh, then padded: both launches remembered
+        x.copy_(torch.randn(2, 35).to("tpu").exp())
+    src = torch.randn(2, 35).to("tpu").exp()
+    old = x.cpu()
+    with torch_tpu.fused():
+        y = x * 2  # recorded: reads x
+        x.copy_(src)
+        got = y.cpu()
+    torch.testing.assert_close(got, old * 2)
+    torch.testing.assert_close(x.cpu(), src.cpu())
