@@ -187,6 +187,10 @@ def test_in_place_calls_take_the_hit_path_and_write_their_tensor():
 
 
 def test_in_place_fills_of_fresh_tensors_read_as_cpu():
+    # Sizes other tests left may have made these signatures dynamic: a bounded
+    # copy_ from a fresh exact eye pads it through the host at every call
+    # (never remembered). Exact signatures here, as in a fresh process.
+    torch_tpu.dynamic.forget_sizes()
     for k in range(4):
         before = _hit_path_hits()
         t = torch.empty(3, 4, device="tpu").fill_(k + 0.5)  # a storage without a buffer yet
