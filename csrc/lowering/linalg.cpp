@@ -62,7 +62,7 @@ constexpr int64_t kTwoRowMinWeightElements = int64_t{1} << 14;
 Value TwoRowDot(Context& c, Value lhs, Value rhs, ElementType in, ElementType acc, bool highest) {
   Builder& b = c.b;
   const bool floating = in == ElementType::F32 || in == ElementType::BF16 || in == ElementType::F16;
-  if (TargetPlatform() != "cpu" || b.bounded() || !floating || lhs.rank() != 2 ||
+  if (TargetPlatform() != "cpu" || b.bounded() || !floating || lhs.rank() != 2 || rhs.rank() != 2 ||
       lhs.shape()[0] != 1 || b.TransposedFrom(rhs, {1, 0}).valid() ||
       rhs.shape()[0] * rhs.shape()[1] < kTwoRowMinWeightElements)
     return Value{};

@@ -49,6 +49,13 @@ def test_one_row_of_a_batch_and_a_window_of_a_weight():
     assert_matches(torch.addmm(nan.to("tpu"), x.to("tpu"), w.to("tpu"), beta=0), torch.addmm(nan, x, w, beta=0))
 
 
+def test_mv_of_one_row_takes_the_plain_product():
+    """mv contracts like a 2-D product but its right operand is a vector: not
+    the two-row rewrite's (whose weight is a matrix)."""
+    a, v = torch.randn(1, 20000), torch.randn(20000)
+    torch.testing.assert_close(torch.mv(a.to("tpu"), v.to("tpu")).cpu(), torch.mv(a, v), rtol=1e-4, atol=1e-3)
+
+
 def test_integer_one_row_product_keeps_its_exact_sum():
     x, w = torch.randint(-50, 50, (1, 200)), torch.randint(-50, 50, (200, 300))
     assert torch.equal((x.to("tpu") @ w.to("tpu")).cpu(), x @ w)
