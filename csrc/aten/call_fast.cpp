@@ -452,52 +452,51 @@ std::vector<c10::IValue> LaunchBounded(const OpDesc& desc, const BoundedEntry& e
   return results;
 }
 
-// An in-place call's destinations as the hit path launches them (into
-// `e`): every output is a destination written whole (no fresh output, no
-// window of a storage: its offset would be a parameter no argument gives),
-// each an argument in the order planning took them (desc.mutable_args).
-// False: the full path keeps the call.
-bool WholeWrites(const Call& call, FastEntry* e) {
+// An in-place call's destinations as the hit path launches them: every
+// output is a destination written whole (no fresh output, no window of a
+// storage: its offset would be a parameter no argument gives), each an
+// argument in the order planning took them (desc.mutable_args). False: the
+// full path keeps the call.
+bool WholeDestinations(const Call& call, std::vector<Source>* dests) {
   const Plan& plan = call.plan;
-  std::vector<Source> dests;
   for (size_t i : call.desc->mutable_args) {
     if (i >= plan.args.size()) return false;
     const ArgPlan& a = plan.args[i];
-    if (a.kind == Arg::Kind::Tensor && a.tensors.size() == 1) dests.push_back({Source::Kind::Buffer, i});
+    if (a.kind == Arg::Kind::Tensor && a.tensors.size() == 1) dests->push_back({Source::Kind::Buffer, i});
     else return false;
   }
-  if (dests.size() != plan.dests.size() || call.specs.size() != dests.size()) return false;
+  if (dests->size() != plan.dests.size() || call.specs.size() != dests->size()) return false;
   for (const Dest& d : plan.dests)
     if (!d.tensor.defined() || !d.geometry.whole || d.offset_param >= 0) return false;
-  for (const Param& q : plan.params) e->donated.push_back(Donated(call, q));
+  return true;
+}
+
+// An exact in-place call's entry (`e`): its whole destinations, the
+// parameters whose storages it writes donated.
+bool WholeWrites(const Call& call, FastEntry* e) {
+  std::vector<Source> dests;
+  if (!WholeDestinations(call, &dests)) return false;
+  for (const Param& q : call.plan.params) e->donated.push_back(Donated(call, q));
   e->destinations = std::move(dests);
   e->outputs.clear();  // the destinations are all of them
   return true;
 }
 
 // An in-place bounded launch the hit path can repeat (into `dests`, their
-// storages in `storages`): every result overwrites a whole destination, an
-// argument of its own, which the module does not read (a fill, or a copy
-// into a fresh tensor: its old buffer, or its zeros, matter to nobody), and
-// took a layout (no window of a padded storage written in place).
+// storages in `storages`): whole destinations (WholeDestinations), each a
+// storage of its own which the module does not read (a fill, or a copy
+// into a fresh tensor: its old buffer, or its zeros, matter to nobody),
+// each given a layout (no window of a padded storage written in place).
 bool OverwrittenDestinations(const Call& call, const BoundedLaunch& launch, std::vector<Source>* dests,
                              std::vector<const DeviceStorage*>* storages) {
   const Plan& plan = call.plan;
-  if (call.desc->mutable_args.size() != plan.dests.size() || call.specs.size() != plan.dests.size() ||
-      launch.results.size() != plan.dests.size())
-    return false;
-  for (size_t k = 0; k < plan.dests.size(); ++k) {
-    const size_t i = call.desc->mutable_args[k];
-    const Dest& d = plan.dests[k];
-    if (i >= plan.args.size() || plan.args[i].kind != Arg::Kind::Tensor || plan.args[i].tensors.size() != 1 ||
-        !d.tensor.defined() || !d.geometry.whole || d.offset_param >= 0)
-      return false;
+  if (!WholeDestinations(call, dests) || launch.results.size() != plan.dests.size()) return false;
+  for (const Dest& d : plan.dests) {
     const int param = plan.storage_param[d.storage];
     if (param >= 0 && launch.taken.at(param)) return false;  // the module reads it
     const DeviceStorage* s = plan.storages[d.storage];
     if (std::find(storages->begin(), storages->end(), s) != storages->end()) return false;
     storages->push_back(s);
-    dests->push_back({Source::Kind::Buffer, i});
   }
   return true;
 }
