@@ -263,11 +263,11 @@ def bucket_of(values: tuple, warm: tuple = (), row_bytes: tuple = ()) -> tuple:
     for i, v in enumerate(values):
         v = int(v)
         held = set(warm[i]) if i < len(warm) else set()
-        if v > SMALL_BUCKET or v <= 1:
-            above = [w for w in held if w >= v] if 0 < v <= SMALL_BUCKET else []
-            key.append(min(above) if above else bucket(v))
-        else:
+        if 2 <= v <= SMALL_BUCKET:
             key.append(int(_C._small_bucket(held, v, row_bytes[i] if i < len(row_bytes) else 0)))
+        else:  # a large value its bucket; 0 and 1 a warm bucket that holds them, else themselves
+            above = [w for w in held if w >= v] if v <= SMALL_BUCKET else []
+            key.append(min(above) if above else bucket(v))
     return tuple(key)
 
 
