@@ -516,13 +516,27 @@ const SizeVariant* SiblingVariant(const SignatureState& self, const Plan& plan) 
 // the bucket batch 5 compiled (Dynamo's automatic dynamic is per input, not
 // per batch size, alike). A head count of 2 where a sibling's sequence of 9
 // was dynamic ([b, s, h, d] and [b, h, s, d] share signatures) stays static.
+// A dim that is 1 in the sibling tells nothing of itself: it turns dynamic
+// where its size is one an inherited dim has, as a fresh signature's dims
+// that change together turn dynamic together (an attention mask
+// `[b, 1, 1, s]` whose sibling's bias was `[1, 1, 1, 1]`: else its exact
+// dims meet the query's padded ones).
 void InheritDynamicDims(const SizeVariant& sibling, const Plan& plan, SizeVariant* v) {
+  std::set<int64_t> inherited;  // the sizes of the dims made dynamic
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     const auto& sizes = plan.inputs[i].geometry.sizes;
     for (size_t d = 0; d < sizes.size(); ++d) {
       const int64_t a = sizes[d], b = sibling.first[i][d];
-      if (sibling.dynamic[i][d] && a > 1 && b > 1 && Near(a, b)) v->dynamic[i][d] = true;
+      if (sibling.dynamic[i][d] && a > 1 && b > 1 && Near(a, b)) {
+        v->dynamic[i][d] = true;
+        inherited.insert(a);
+      }
     }
+  }
+  for (size_t i = 0; i < plan.inputs.size(); ++i) {
+    const auto& sizes = plan.inputs[i].geometry.sizes;
+    for (size_t d = 0; d < sizes.size(); ++d)
+      if (sibling.first[i][d] == 1 && inherited.count(sizes[d])) v->dynamic[i][d] = true;
   }
 }
 
