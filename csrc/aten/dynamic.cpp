@@ -1281,6 +1281,10 @@ std::string DynamicKey(const std::string& sig, const Plan& plan, const DynamicLa
       plan.inputs[i].geometry.AppendKey(&key);
       AppendCapacityKey(*plan.storages[plan.inputs[i].storage], &key);
     }
+    // The module takes a view's offset as a parameter: a front window and
+    // the whole tensor key alike (Signature) but differ in it (attention's
+    // logsumexp cut to 36 of its 64 rows, or whole at 32).
+    if (plan.inputs[i].offset_param >= 0) key += "+o";
     key += ";";
   }
   return key;

@@ -172,6 +172,30 @@ def test_saved_logsumexp_equals_cpu_at_new_lengths():
             assert compiles == 0, (n, by_op, reasons)
 
 
+def test_attention_backward_at_a_whole_and_a_cut_logsumexp_in_one_bucket():
+    # Grouped-query attention's training step (Mistral's: a transposed query,
+    # enable_gqa, causal) at batch 5 and lengths 36, then 32: both run in the
+    # bucket (8, 36), but the backward gets its logsumexp cut to 36 of its 64
+    # rows at 36 (a view: an offset parameter) and whole at 32. They keyed
+    # one executable: "Execution supplied 25 buffers but compiled program
+    # expected 26" at 32 (the first random training probe of this model).
+    torch.manual_seed(0)
+    weights = [torch.randn(32, n) * 0.2 for n in (32, 16, 16)]
+
+    def run(b, s, device):
+        x = torch.randn(b, s, 32, generator=torch.Generator().manual_seed(100 * b + s)).to(device)
+        ws = [w.clone().to(device).requires_grad_() for w in weights]
+        q = (x @ ws[0]).view(b, s, 4, 8).transpose(1, 2)
+        k, v = (((x @ w).view(b, s, 2, 8).transpose(1, 2) * 1).contiguous() for w in ws[1:])
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True, scale=0.35)
+        out.square().sum().backward()
+        return [out.detach().cpu()] + [w.grad.cpu() for w in ws]
+
+    for b, s in [(3, 12), (4, 15), (5, 36), (5, 32), (5, 33)]:
+        for got, want in zip(run(b, s, "tpu"), run(b, s, "cpu")):
+            torch.testing.assert_close(got, want, rtol=2e-4, atol=2e-4)
+
+
 class _LMHead(torch.nn.Module):
     """Embedding, RMS norm and an lm_head: logits [b, s, V] padded in s (and b)."""
 
