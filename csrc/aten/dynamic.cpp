@@ -595,6 +595,33 @@ std::vector<std::vector<bool>> Observe(SignatureState& st, const Plan& plan, Dyn
   return dyn;
 }
 
+// An elementwise call's inputs meet dim by dim, aligned from the right: the
+// dims of a size > 1 there are one dim of the result, padded in every input
+// or in none. A variant learns each input's dims apart, and one that
+// inherited a sibling's (another model's call of the op) may have one side
+// dynamic alone (GPT-J's rotary add after Funnel's: a batch of 4 padded to
+// 16 in one input and exact in the other, which the meta kernel refuses to
+// broadcast). The dims that meet a dynamic one turn dynamic too, unless one
+// of them is hinted static.
+void AlignElementwiseDims(const Plan& plan, const CallHints& hints, std::vector<std::vector<bool>>* dyn) {
+  size_t rank = 0;
+  for (const auto& in : plan.inputs) rank = std::max(rank, in.geometry.sizes.size());
+  for (size_t r = 1; r <= rank; ++r) {  // the r-th dim from the right
+    std::vector<std::pair<size_t, size_t>> meeting;  // (input, dim) of a size > 1 there
+    bool dynamic = false, pinned = false;
+    for (size_t i = 0; i < plan.inputs.size(); ++i) {
+      const auto& sizes = plan.inputs[i].geometry.sizes;
+      if (sizes.size() < r || sizes[sizes.size() - r] <= 1) continue;
+      const size_t d = sizes.size() - r;
+      meeting.emplace_back(i, d);
+      dynamic |= (*dyn)[i][d];
+      pinned |= hints[i][d] && !hints[i][d]->dynamic;
+    }
+    if (dynamic && !pinned)
+      for (const auto& [i, d] : meeting) (*dyn)[i][d] = true;
+  }
+}
+
 // Per input: a parameter (a leaf that requires grad, or a view of one): its
 // sizes never turn dynamic (as Dynamo keeps parameters static), so two
 // layers' weights of different shapes are two signatures, not one padded.
@@ -834,7 +861,9 @@ void UnifyHintedSizes(const Plan& plan, const CallHints& hints, DynamicLayout* l
     const auto& sizes = plan.inputs[i].geometry.sizes;
     for (size_t d = 0; d < sizes.size(); ++d) {
       auto b = bound.find(sizes[d]);
-      if (b == bound.end() || lay->in_dynamic[i][d] || (hints[i][d] && !hints[i][d]->dynamic)) continue;
+      // (A dim dynamic without a hint of its own follows too: an elementwise
+      // partner AlignElementwiseDims made dynamic at its own bucket.)
+      if (b == bound.end() || hints[i][d]) continue;
       lay->in_dynamic[i][d] = true;
       lay->in_bucket[i][d] = b->second;
     }
@@ -2273,6 +2302,7 @@ std::optional<std::vector<c10::IValue>> RunBounded(Call& call, const c10::Operat
   lay.signature = &st;
   bool static_changed = false;
   lay.in_dynamic = Observe(st, call.plan, mode, hints, &static_changed);
+  if (call.desc->rule->dynamic.elementwise) AlignElementwiseDims(call.plan, hints, &lay.in_dynamic);
   t_exact_reason = !static_changed ? "first sizes of its signature"
                    : static_because ? static_because
                                     : "a new size in a dim kept static (by its rule, or mark_static)";

@@ -8,7 +8,10 @@ a padded dim of another input exact. Before: LayoutLM's attention backward
 after DistilBERT's (a `[b, 1, 1, s]` mask where the sibling's bias was
 `[1, 1, 1, 1]`) and GPT-J's rotary `add` after Funnel's (`[b, s, h, d]` +
 `[b, s, h, d]` where the sibling added `[b, s, 1, d]`) could not build their
-bounded modules and ran exact shapes for good: one compile per step.
+bounded modules and ran exact shapes for good: one compile per step. And
+an elementwise call's dims that meet (aligned from the right, one size) are
+padded in every input or in none (AlignElementwiseDims), whichever dims each
+input inherited.
 """
 from __future__ import annotations
 
@@ -87,3 +90,18 @@ def test_an_add_whose_sibling_broadcast_a_unit_dim_runs_bounded():
         assert no_failed_builds(stats), stats["exact_reasons"]
         if s != 12:
             assert stats["compiles_by_op"].get("add.Tensor", 0) == 0, stats
+
+
+def test_an_add_whose_inherited_dims_disagree_across_its_inputs_runs_bounded():
+    # Found by replaying the adds of Funnel's, XLNet's and GPT-J's training
+    # steps in one process: after a sibling that broadcast [1, s, h, 1] against
+    # [s, s, 1, 1], GPT-J's [4, 12, 4, 4] + [4, 12, 4, 4] inherits the 4 of the
+    # first input's batch (a size the sibling's heads had), but not the second
+    # input's (its sibling dim was 13, not within 2x). An elementwise call's
+    # dims that meet are padded alike (AlignElementwiseDims); before, the meta
+    # kernel refused to broadcast 16 against 4 and the add ran exact for good.
+    add_step((1, 13, 3, 1), (13, 13, 1, 1))
+    add_step((1, 10, 2, 1), (10, 10, 1, 1))
+    for s in (12, 14, 13):
+        stats = add_step((4, s, 4, 4), (4, s, 4, 4))
+        assert no_failed_builds(stats), stats["exact_reasons"]
