@@ -897,12 +897,20 @@ int64_t ProductBufferSize(const Plan& plan, size_t i, size_t d) {
 // (a broadcast partner, a contraction), but for the other dims of a tensor
 // that has the product itself: another axis of it that happens to have the
 // size (attention's bmm on [b*h, s, d] with b*h = s = 12: s keeps its own
-// bucket, 16, not b*h's 32).
-void ProductBuckets(const Plan& plan, DynamicLayout* lay) {
+// bucket, 16, not b*h's 32). An elementwise call's dims meet only where
+// they align from the right: there the product's partners follow, and no
+// other dim of its size does (an image's 25 tokens added to a [b, 25, 25]
+// tensor whose 25 channels are not tokens).
+void ProductBuckets(const Plan& plan, bool elementwise, DynamicLayout* lay) {
   lay->in_product.clear();
   for (const auto& b : lay->in_bucket) lay->in_product.emplace_back(b.size(), false);
   if (lay->hinted) return;
-  std::map<int64_t, int64_t> product;  // size -> its product bucket
+  // size -> its product bucket; elementwise: keyed by (dim from the right, size) too
+  std::map<std::pair<size_t, int64_t>, int64_t> product;
+  auto place = [&](size_t i, size_t d) {
+    const size_t from_right = elementwise ? lay->in_dynamic[i].size() - d : 0;
+    return std::make_pair(from_right, plan.inputs[i].geometry.sizes[d]);
+  };
   std::set<std::pair<size_t, int64_t>> has_product;  // (input, size) of a dim that is a product
   for (size_t i = 0; i < plan.inputs.size(); ++i)
     for (size_t d = 0; d < lay->in_dynamic[i].size(); ++d) {
@@ -910,7 +918,7 @@ void ProductBuckets(const Plan& plan, DynamicLayout* lay) {
       const int64_t size = plan.inputs[i].geometry.sizes[d];
       const int64_t p = ProductBufferSize(plan, i, d);
       if (p < size) continue;
-      product[size] = p;
+      product[place(i, d)] = p;
       has_product.insert({i, size});
       lay->in_product[i][d] = true;
     }
@@ -918,7 +926,7 @@ void ProductBuckets(const Plan& plan, DynamicLayout* lay) {
   for (size_t i = 0; i < plan.inputs.size(); ++i)
     for (size_t d = 0; d < lay->in_dynamic[i].size(); ++d) {
       const int64_t size = plan.inputs[i].geometry.sizes[d];
-      auto p = product.find(size);
+      auto p = product.find(place(i, d));
       if (!lay->in_dynamic[i][d] || p == product.end()) continue;
       if (!lay->in_product[i][d] && has_product.count({i, size})) continue;  // another axis of a product's tensor
       lay->in_bucket[i][d] = p->second;
@@ -2170,7 +2178,7 @@ bool TakeUnsharedSmallBuckets(const Call& call, const std::string& sig, const Si
                               const CallHints& hints, DynamicLayout* lay, std::string* key) {
   DynamicLayout alt = *lay;
   alt.in_bucket = BucketSizes(call, alt.in_dynamic, hints, st, /*share=*/false);
-  ProductBuckets(call.plan, &alt);
+  ProductBuckets(call.plan, call.desc->rule->dynamic.elementwise, &alt);
   if (alt.in_bucket == lay->in_bucket) return false;
   return TakeIfWarm(call, sig, std::move(alt), lay, key);
 }
@@ -2318,7 +2326,7 @@ std::optional<std::vector<c10::IValue>> RunBounded(Call& call, const c10::Operat
       }
   lay.in_bucket = BucketSizes(call, lay.in_dynamic, hints, st);
   if (lay.hinted) UnifyHintedSizes(call.plan, hints, &lay);
-  ProductBuckets(call.plan, &lay);
+  ProductBuckets(call.plan, call.desc->rule->dynamic.elementwise, &lay);
   if (!LayOutStorages(call, &lay)) return std::nullopt;
   std::string key = DynamicKey(sig, call.plan, lay);
   if (!lay.hinted && !state.executables.count(key)) TakeWarmerBuckets(call, sig, st, hints, &lay, &key);

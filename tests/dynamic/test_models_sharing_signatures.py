@@ -105,3 +105,27 @@ def test_an_add_whose_inherited_dims_disagree_across_its_inputs_runs_bounded():
     for s in (12, 14, 13):
         stats = add_step((4, s, 4, 4), (4, s, 4, 4))
         assert no_failed_builds(stats), stats["exact_reasons"]
+
+
+def image_tokens_plus(b, hw, c):
+    """An image padded in h and w, read as [b, h*w, c] tokens, plus a fresh tensor."""
+    x, y = torch.randn(b, hw, hw, c), torch.randn(b, hw * hw, c)
+    debug.reset_stats()
+    image = x.to("tpu") * 2
+    got = (image.view(b, hw * hw, c) + y.to("tpu") * 1).cpu()
+    stats = debug.stats()
+    torch.testing.assert_close(got, (x * 2).view(b, hw * hw, c) + y)
+    return stats
+
+
+def test_an_image_s_tokens_added_where_its_channels_have_their_count_run_bounded():
+    # The tokens' dim takes the product of the image's buckets (64 for 5x5);
+    # at 25 channels the other input's channel dim, of the same size but not
+    # meeting the tokens, took 64 too while the image's own channels kept 26:
+    # the add failed its bounded module and ran exact for good (GPT-J's add_
+    # after 19 other models in one process: a reshaped read's merged dim).
+    for hw, c in [(6, 30), (7, 33), (6, 34)]:
+        image_tokens_plus(3, hw, c)
+    for hw, c in [(5, 25), (7, 25), (5, 30)]:
+        stats = image_tokens_plus(3, hw, c)
+        assert no_failed_builds(stats), stats["exact_reasons"]
