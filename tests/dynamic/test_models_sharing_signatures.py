@@ -11,7 +11,9 @@ after DistilBERT's (a `[b, 1, 1, s]` mask where the sibling's bias was
 bounded modules and ran exact shapes for good: one compile per step. And
 an elementwise call's dims that meet (aligned from the right, one size) are
 padded in every input or in none (AlignElementwiseDims), whichever dims each
-input inherited.
+input inherited; the product bucket of a merged dim (an image's h*w tokens)
+reaches only the dims aligned with it (ProductBuckets), not every dim of its
+size (GPT-J's `add_` after 19 other models).
 """
 from __future__ import annotations
 
