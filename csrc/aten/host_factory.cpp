@@ -1,5 +1,5 @@
 // Small factories without an executable per size. A rule that says so
-// (RuleEntry::small_results_on_host: arange) has no tensor input: its values
+// (RuleEntry::small_results_on_host: arange, eye) has no tensor input: its values
 // come from scalars alone, so its sizes and values are its cache key, and an
 // exact-shape cache compiles one module per new length or start (a decode
 // step's cache position). With dynamic shapes on, a result that fits in
@@ -12,7 +12,9 @@
 #include <ATen/ATen.h>
 #include <ATen/native/Resize.h>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "aten/call.h"
 #include "aten/dynamic.h"
@@ -34,17 +36,30 @@ const at::Tensor* HostFactoryOut(const OpDesc& desc, const std::vector<c10::IVal
   return o < args.size() && args[o].isTensor() && args[o].toTensor().defined() ? &args[o].toTensor() : nullptr;
 }
 
-// Whether the range (start, end, step) its first three args give could fit
-// in kMaxHostBytes of `out`'s dtype, read before any kernel runs: a large
-// result is never computed on the host only to be thrown away. Args that are
-// not a range, or a bad range, go on to the kernel, whose checks raise.
+// How many elements the result of a call could hold, read from its args
+// before any kernel runs: a range's length (arange: start, end, step) or the
+// product of an eye's sizes. nullopt for args that say no size (a bad range:
+// the kernel's checks raise).
+std::optional<double> ResultElements(const std::vector<c10::IValue>& args) {
+  if (args.size() >= 3 && args[0].isScalar() && args[1].isScalar() && args[2].isScalar()) {
+    const double start = args[0].toScalar().to<double>(), end = args[1].toScalar().to<double>();
+    const double step = args[2].toScalar().to<double>();
+    if (step == 0 || !std::isfinite(start) || !std::isfinite(end)) return std::nullopt;
+    return std::ceil((end - start) / step);
+  }
+  double product = 1;  // eye(n) / eye(n, m): its int args, then out
+  for (const c10::IValue& a : args) {
+    if (!a.isInt()) break;
+    product *= static_cast<double>(std::max<int64_t>(a.toInt(), 0));
+  }
+  return product;
+}
+
+// Whether the result could fit in kMaxHostBytes of `out`'s dtype: a large
+// result is never computed on the host only to be thrown away.
 bool MayFitOnHost(const std::vector<c10::IValue>& args, const at::Tensor& out) {
-  if (args.size() < 3 || !args[0].isScalar() || !args[1].isScalar() || !args[2].isScalar()) return true;
-  const double start = args[0].toScalar().to<double>(), end = args[1].toScalar().to<double>();
-  const double step = args[2].toScalar().to<double>();
-  if (step == 0 || !std::isfinite(start) || !std::isfinite(end)) return true;
-  const double length = std::ceil((end - start) / step);
-  return length * static_cast<double>(out.element_size()) <= 2.0 * kMaxHostBytes;  // margin for rounding
+  const std::optional<double> elements = ResultElements(args);
+  return !elements || *elements * static_cast<double>(out.element_size()) <= 2.0 * kMaxHostBytes;  // margin for rounding
 }
 
 }  // namespace

@@ -181,6 +181,14 @@ StaticDimsRule NamedDimsStatic(size_t dims_arg, const char* because) {
   };
 }
 
+StaticDimsRule IndexedDimStatic(const char* because) {
+  return [because](const std::vector<Arg>& a, StaticDims& s) {
+    const int64_t rank = static_cast<int64_t>(s.Rank(0));
+    if (rank > 0 && a.size() > 1 && a[1].kind == Arg::Kind::Int) s.Dim(0, static_cast<size_t>(WrapDim(a[1].i, rank)));
+    s.Because(because);
+  };
+}
+
 uint64_t DrawPerOutputElement(const std::vector<Arg>&, const std::vector<TensorType>& outputs) {
   // The product of every output dim (one value per element of a one-output
   // op), plus one: the generator offsets eager mode has always used. A

@@ -144,6 +144,10 @@ StaticDimsRule KeptDims(size_t dims_arg);
 // static (a flip's or a roll's: the padding would move into the real
 // elements), `because` (a string literal) says why; complex inputs run exact.
 StaticDimsRule NamedDimsStatic(size_t dims_arg, const char* because);
+// The dim of self (arg 0) that int arg 1 names stays static: the scatter
+// family's (the indices' bound, and the padding's updates would land among
+// the real elements); every other dim runs dynamic.
+StaticDimsRule IndexedDimStatic(const char* because);
 
 // An int arg (or element `element` of an int list arg) that is the product
 // of dims [first, last) of tensor arg `tensor_arg` (last < 0: to its rank):
@@ -272,7 +276,7 @@ struct RuleEntry {
   // The in-place form reads its destination for its type only (fills,
   // copies): its old elements are never laid out for the op.
   bool overwrites_destination = false;
-  // A factory whose values come from scalars alone (arange): a small result
+  // A factory whose values come from scalars alone (arange, eye): a small result
   // is computed by PyTorch's CPU kernel and uploaded instead of compiling
   // per size and start (csrc/aten/host_factory.cpp).
   bool small_results_on_host = false;

@@ -78,7 +78,9 @@ std::vector<Value> ScatterReduce(Context& c, const std::vector<Arg>& a) {
   Value count;
   if (need_count) {
     Value zeros = b.Splat(E::I64, 0, x.shape());
-    Value ones = b.Splat(E::I64, 1, idx.shape());
+    // ones of the index's (dynamic) sizes, so that the padder drops the
+    // padding's updates as it does the values' (a splat would be static)
+    Value ones = b.Convert(b.Compare("EQ", idx, idx), E::I64);
     count = b.Scatter(zeros, coords, ones, dims, "add");
   }
   Value base = include_self ? x : b.BroadcastInDim(init, x.shape(), {});
@@ -133,7 +135,8 @@ std::vector<Value> IndexReduce(Context& c, const std::vector<Arg>& a) {
 }
 
 const bool registered = [] {
-  Register("scatter_reduce.two", ScatterReduce);
+  Register("scatter_reduce.two", ScatterReduce)
+      .Dynamic(IndexedDimStatic("the dim it scatters along (the indices' bound)"));
   Register("index_reduce", IndexReduce);
   return true;
 }();

@@ -319,7 +319,7 @@ std::vector<Value> IndexSelect(Context& c, const std::vector<Arg>& a) {
   if (out.numel() == 0) return One(Zeros(b, out));
   Value x = AtLeast1d(b, a[0].tensor);
   int64_t dim = WrapDim(a[1].i, x.rank());
-  Value idx = CheckedIndex(c, a[2].tensor, x.shape()[dim], false, "index_select");
+  Value idx = CheckedIndexInDim(c, a[2].tensor, x, dim, false, "index_select");
   int64_t n = idx.type.numel();
   Value g = b.Gather(x, b.Reshape(idx, {n, 1}), {dim});
   std::vector<int64_t> perm;
@@ -334,7 +334,7 @@ std::vector<Value> GatherRule(Context& c, const std::vector<Arg>& a) {
   if (out.numel() == 0) return One(Zeros(b, out));
   Value x = AtLeast1d(b, a[0].tensor);
   int64_t dim = WrapDim(a[1].i, x.rank());
-  Value idx = AtLeast1d(b, CheckedIndex(c, a[2].tensor, x.shape()[dim], false, "gather"));
+  Value idx = AtLeast1d(b, CheckedIndexInDim(c, a[2].tensor, x, dim, false, "gather"));
   Value g = b.Gather(x, Coordinates(b, idx, dim), Range(x.rank()));
   return One(b.Reshape(b.Convert(g, out.dtype), out.shape));
 }
@@ -393,16 +393,6 @@ std::vector<Value> IndexAdd(Context& c, const std::vector<Arg>& a) {
   return One(b.Reshape(b.Convert(r, out.dtype), out.shape));
 }
 
-// gather and the scatter family run bounded-dynamic in every dim but the
-// one of self they index along (arg 1): its size is the indices' bound.
-StaticDimsRule IndexedDimStatic(const char* because) {
-  return [because](const std::vector<Arg>& a, StaticDims& s) {
-    const int64_t rank = static_cast<int64_t>(s.Rank(0));
-    if (rank > 0 && a.size() > 1 && a[1].kind == Arg::Kind::Int) s.Dim(0, static_cast<size_t>(WrapDim(a[1].i, rank)));
-    s.Because(because);
-  };
-}
-
 // index_add(self, dim, index, source, alpha) runs dynamic in its index
 // length only: self is static (its dim is the indices' bound), and so are
 // source's other dims (XLA's padder rejects a scatter whose update window
@@ -437,8 +427,9 @@ const bool registered = [] {
   zero.repeat_safe_writes = zero.overwrites_destination = true;
   Register("arange.start_out", Arange).small_results_on_host = true;
   Register("linspace.out", Linspace);
-  Register("eye.out", Eye);
-  Register("eye.m_out", Eye);
+  // eye(q) per new length (XLNet's target mask) is computed on the host while small.
+  Register("eye.out", Eye).small_results_on_host = true;
+  Register("eye.m_out", Eye).small_results_on_host = true;
 
   // The dims a flip or a roll moves stay static (the padding would land among
   // the real elements); the others run dynamic.
@@ -453,10 +444,13 @@ const bool registered = [] {
   Register("constant_pad_nd", ConstantPadNd).Dynamic(ConstantPadStaticDims);
 
   Register("embedding", Embedding).Dynamic();
-  Register("index_select", IndexSelect).Dynamic(IndexedDimStatic("the dim it selects along (the indices' bound)"));
-  // New index lengths run dynamic (BERT's token types gathered at each
-  // position); the dim gathered along stays static: the index bound is its size.
-  Register("gather", GatherRule).Dynamic(IndexedDimStatic("the dim it gathers along (the indices' bound)"));
+  // Dynamic in every dim, the one they select along too (XLNet's relative
+  // shift: index_select(x, 3, arange(klen)) of a [b, h, q, 2q - 1] score):
+  // the indices are checked against that dim's runtime size, and a gather
+  // with slice size 1 never reads its padding. New index lengths run
+  // dynamic too (BERT's token types gathered at each position).
+  Register("index_select", IndexSelect).Dynamic();
+  Register("gather", GatherRule).Dynamic();
   Register("scatter.src", [](Context& c, const std::vector<Arg>& a) {
     return One(ScatterAlong(c, Out(c), a[0].tensor, a[1].i, a[2].tensor, a[3].tensor,
                             "assign"));

@@ -190,8 +190,60 @@ def test_gather_at_new_index_lengths_stops_compiling_and_checks_its_bound():
     assert compiles[2:] == [0, 0], compiles
     bad = torch.arange(13).expand(4, 13).contiguous()
     bad[2, 5] = 40  # past the gathered dim: raises at a new size too
-    with pytest.raises(IndexError, match="gather: index out of range for a dimension of size 40"):
+    with pytest.raises(IndexError, match="gather: index out of range for dimension 1 of size 40"):
         gather(table.to("tpu"), bad.to("tpu")).cpu()
+
+
+def relative_shift(x):
+    # XLNet's rel_shift_bnij keeps the first q of a [b, h, q, 2q - 1] score's
+    # columns: index_select along a dim whose size moves with the length.
+    q = x.shape[2]
+    return torch.index_select(x, 3, torch.arange(q, device=x.device)) * 2.0
+
+
+def gather_columns(x):
+    # A gather along a dim that moves with the length too (positions relative to each query).
+    q = x.shape[1]
+    pos = (torch.arange(q, device=x.device)[:, None] + torch.arange(q, device=x.device)[None, :]) % x.shape[2]
+    return torch.gather(x, 2, pos.expand(x.shape[0], q, q))
+
+
+@pytest.mark.parametrize("fn, make", [(relative_shift, lambda q: (torch.randn(2, 3, q, 2 * q - 1),)),
+                                      (gather_columns, lambda q: (torch.randn(2, q, 2 * q),))],
+                         ids=["index_select", "gather"])
+def test_selecting_along_a_dim_that_moves_with_the_length_stops_compiling(fn, make):
+    # The dim they select along was kept static (the indices' bound), so each
+    # new length compiled: 10 static, 12 the buckets 16 (and 24), 11 and 9 run in them.
+    compiles = run_sizes(fn, make, (10, 12, 11, 9))
+    assert compiles[2:] == [0, 0], compiles
+
+
+def test_an_index_past_the_real_size_inside_the_bucket_raises():
+    # Checked against the dim's runtime size, not its bucket's: 25 is inside
+    # the 26-bucket of a dim of 25.
+    for q in (10, 12, 13):
+        relative_shift(torch.randn(2, 3, q, 2 * q - 1, device="tpu")).cpu()
+    x = torch.randn(2, 3, 13, 25, device="tpu")
+    with pytest.raises(IndexError, match="index_select: index out of range for dimension 3"):
+        torch.index_select(x, 3, torch.tensor([3, 25], device="tpu")).cpu()
+    with pytest.raises(IndexError, match="gather: index out of range for dimension 3"):
+        torch.gather(x, 3, torch.full((2, 3, 13, 2), 25, device="tpu")).cpu()
+    # The same call with every index inside the real size runs and agrees with the CPU.
+    good = torch.tensor([0, 24], device="tpu")
+    torch.testing.assert_close(torch.index_select(x, 3, good).cpu(), torch.index_select(x.cpu(), 3, good.cpu()))
+
+
+def test_small_eye_at_new_sizes_compiles_nothing():
+    # XLNet's target mask -eye(q) at each new length: computed on the host
+    # while small (64 KiB), as arange is; a large one compiles as before.
+    for n, m in ((7, None), (9, None), (5, 8), (300, None)):
+        want = torch.eye(n) if m is None else torch.eye(n, m)
+        debug.reset_stats()
+        got = (torch.eye(n, device="tpu") if m is None else torch.eye(n, m, device="tpu")).cpu()
+        assert torch.equal(got, want)
+        assert debug.stats()["compiles"] == (1 if n == 300 else 0), (n, m)
+    half = torch.eye(6, 4, dtype=torch.bfloat16, device="tpu")
+    assert half.dtype == torch.bfloat16 and torch.equal(half.cpu(), torch.eye(6, 4, dtype=torch.bfloat16))
 
 
 def topk_backward(v, i):
@@ -224,6 +276,22 @@ def fewer_index_rows(n):
 @pytest.mark.filterwarnings("ignore:The reduce argument of torch.scatter")
 def test_scatter_at_new_index_sizes_stops_compiling(fn, make):
     compiles = run_sizes(fn, make, (9, 10, 11, 12))  # 11 and 12 in the warm 16-bucket
+    assert compiles[2:] == [0, 0], compiles
+
+
+def accumulating_columns(n):
+    # along dim 0 with duplicates: the index's padding columns (zeros in the
+    # buffer: row 0 of self) must neither add to nor count at row 0
+    g = torch.Generator().manual_seed(n)
+    return torch.randn(6, n + 1, generator=g), torch.randint(0, 6, (n, n), generator=g), torch.randn(n, n + 1, generator=g)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("dim, make", [(1, fewer_index_rows), (0, accumulating_columns)], ids=["dim1", "dim0"])
+def test_scatter_reduce_at_new_index_sizes_stops_compiling(reduce, include_self, dim, make):
+    fn = lambda x, i, s: x.scatter_reduce(dim, i, s, reduce, include_self=include_self)  # noqa: E731
+    compiles = run_sizes(fn, make, (9, 10, 11, 12), atol=1e-5)  # 11 and 12 in the warm 16-bucket
     assert compiles[2:] == [0, 0], compiles
 
 
