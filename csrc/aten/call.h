@@ -138,6 +138,10 @@ struct Call {
 };
 
 // ---- stage 1: plan (call_plan.cpp)
+// The whole out= tensors of a call, and the whole destinations of an
+// in-place call that overwrites them (RuleEntry::overwrites_destination),
+// get buffers without zeros when they have none yet (GiveBufferToOverwrite).
+void GiveOverwrittenDestinationsBuffers(const OpDesc& desc, const std::vector<c10::IValue>& args);
 Plan PlanCall(const OpDesc& desc, const c10::FunctionSchema& schema,
               const std::vector<c10::IValue>& args);
 // Adds fresh-output destinations, RNG states and the written-storage list.
@@ -303,7 +307,7 @@ class FastCall {
   // entries first, then bounded-dynamic ones; nullopt: none.
   std::optional<std::vector<c10::IValue>> TryKnown(const OpDesc& desc, const std::vector<c10::IValue>& args);
   // Before a known call launches: its unfilled storages get zeros, as planning gives them.
-  void FillUnfilled();
+  void FillUnfilled(const OpDesc& desc, const std::vector<c10::IValue>& args);
   // After the full path: whether each of the call's storages kept its buffer
   // and layout (`written`: storages the call overwrote, left out).
   bool LayoutsKept(const std::vector<const runtime::DeviceStorage*>& written = {}) const;

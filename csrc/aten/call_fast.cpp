@@ -552,14 +552,14 @@ std::optional<std::vector<c10::IValue>> FastCall::TryKnown(const OpDesc& desc, c
     auto& entries = RecordEntries();
     auto it = entries.find(hash_);
     if (it != entries.end() && Same(it->second.fingerprint, fingerprint_)) {
-      FillUnfilled();
+      FillUnfilled(desc, args);
       return Record(it->second, args);
     }
   } else if (!recording_) {
     auto& entries = Entries();
     auto it = entries.find(hash_);
     if (it != entries.end() && Same(it->second.fingerprint, fingerprint_) && it->second.exe) {
-      FillUnfilled();
+      FillUnfilled(desc, args);
       return Launch(desc, it->second, args, device_);
     }
   }
@@ -570,11 +570,12 @@ std::optional<std::vector<c10::IValue>> FastCall::TryKnown(const OpDesc& desc, c
   // An overwrite while fused eager records: the full path runs the chain first
   // when it holds the storage (SettleRecordingFor).
   if (recording_ && !it->second.destinations.empty()) return std::nullopt;
-  FillUnfilled();
+  FillUnfilled(desc, args);
   return LaunchBounded(desc, it->second, args, device_);
 }
 
-void FastCall::FillUnfilled() {
+void FastCall::FillUnfilled(const OpDesc& desc, const std::vector<c10::IValue>& args) {
+  if (!unfilled_.empty()) GiveOverwrittenDestinationsBuffers(desc, args);
   for (const auto& [s, dtype] : unfilled_) PrepareStorage(s, dtype, /*keep_capacity=*/true);
 }
 

@@ -199,8 +199,21 @@ void FinishKey(Plan& plan) {
 
 }  // namespace
 
+void GiveOverwrittenDestinationsBuffers(const OpDesc& desc, const std::vector<c10::IValue>& args) {
+  const bool overwrites = desc.variant == Variant::Out ||  // an out= op writes every element of its out tensors
+                          (desc.variant == Variant::InPlace && desc.rule && desc.rule->overwrites_destination);
+  if (!overwrites) return;
+  for (size_t i : desc.variant == Variant::Out ? desc.out_args : desc.mutable_args) {
+    if (i >= args.size() || !args[i].isTensor()) continue;
+    const at::Tensor& t = args[i].toTensor();
+    if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1 || !GeometryOf(t).whole) continue;
+    GiveBufferToOverwrite(StorageOf(t), ToElementType(t.scalar_type(), desc.name.c_str()));
+  }
+}
+
 Plan PlanCall(const OpDesc& desc, const c10::FunctionSchema& schema,
               const std::vector<c10::IValue>& args) {
+  GiveOverwrittenDestinationsBuffers(desc, args);  // before its inputs are read (zero-filled otherwise)
   Plan plan;
   plan.key.reserve(256);
   plan.key = desc.name;

@@ -71,6 +71,14 @@ void ZeroFill(DeviceStorage* s) {
   }, nullptr, s);
 }
 
+void GiveBufferToOverwrite(DeviceStorage* s, hlo::ElementType t) {
+  if (s->buffer || s->pending() || s->queued || s->nbytes % hlo::ByteSize(t) != 0) return;
+  pjrt::BufferPtr b = GetRuntime().Uninitialized(t, {static_cast<int64_t>(s->nbytes / hlo::ByteSize(t))}, s->device);
+  if (!b) return;  // PrepareStorage zero-fills it
+  s->dtype = t;
+  s->Set(std::move(b));
+}
+
 namespace {
 thread_local bool t_queued_call = false;
 }  // namespace

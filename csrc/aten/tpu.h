@@ -70,6 +70,10 @@ at::Generator NewGenerator(int device);
 // Storage buffers (storage.cpp): the storage's buffer becomes zeros of its
 // dtype; a storage's bytes become `newsize` bytes, keeping the common prefix.
 void ZeroFill(runtime::DeviceStorage* s);
+// A storage that has no buffer yet and that the next op overwrites whole
+// (torch.zeros' zero_, a fill, a copy into a fresh tensor) gets one of dtype
+// `t` with unspecified elements: no zeros uploaded or compiled per size.
+void GiveBufferToOverwrite(runtime::DeviceStorage* s, hlo::ElementType t);
 void ResizeStorage(const c10::Storage& storage, size_t newsize);
 
 // Fused eager (TORCH_TPU_DEFER_AND_FUSE=1 or torch_tpu.fused()): ops are

@@ -592,6 +592,24 @@ BufferPtr Client::FromHost(const void* data, BufferType type,
   return buffer;
 }
 
+BufferPtr Client::Uninitialized(BufferType type, const std::vector<int64_t>& dims, int device) const {
+  static std::atomic<bool> unsupported{false};
+  if (unsupported || !api_->Has(offsetof(PJRT_Api, PJRT_Client_CreateUninitializedBuffer))) return nullptr;
+  Args<PJRT_Client_CreateUninitializedBuffer_Args> a;
+  a.client = client_;
+  a.shape_dims = dims.data();
+  a.shape_num_dims = dims.size();
+  a.shape_element_type = static_cast<PJRT_Buffer_Type>(type);
+  a.device = devices_.at(device).device;
+  try {
+    api_->Check(api_->raw()->PJRT_Client_CreateUninitializedBuffer(&a), "PJRT_Client_CreateUninitializedBuffer");
+  } catch (const Error&) {
+    unsupported = true;  // the caller uploads zeros instead, from now on
+    return nullptr;
+  }
+  return Tracked(std::make_shared<Buffer>(api_.get(), a.buffer));
+}
+
 ExecutablePtr Client::Compile(const std::string& mlir, int device) const {
   Args<PJRT_Program> program;
   static const char kFormat[] = "mlir";

@@ -167,6 +167,10 @@ class Client {
   // The host memory may be reused as soon as this returns.
   BufferPtr FromHost(const void* data, BufferType type,
                      const std::vector<int64_t>& dims, int device) const;
+  // A new buffer on `device` whose elements are unspecified (for a value
+  // about to be overwritten whole); nullptr when the plugin cannot make one
+  // (no such call, or it answers Unimplemented).
+  BufferPtr Uninitialized(BufferType type, const std::vector<int64_t>& dims, int device) const;
   // XLA debug options (e.g. {"xla_cpu_use_fusion_emitters", "false"})
   // that every later Compile passes as the compile options'
   // env_option_overrides. XLA rejects an unknown name when it compiles.

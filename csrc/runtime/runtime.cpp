@@ -531,6 +531,10 @@ pjrt::BufferPtr Runtime::Upload(const void* data, hlo::ElementType t,
   return client_->FromHost(data, ToPjrt(t), dims, device);
 }
 
+pjrt::BufferPtr Runtime::Uninitialized(hlo::ElementType t, const std::vector<int64_t>& dims, int device) {
+  return client_->Uninitialized(ToPjrt(t), dims, device);
+}
+
 pjrt::BufferPtr Runtime::CachedScalar(const void* data, size_t nbytes, hlo::ElementType t,
                                       int device) {
   // Scalars and storage offsets are tiny parameters of almost every op, and

@@ -161,6 +161,8 @@ class Runtime {
 
   pjrt::BufferPtr Upload(const void* data, hlo::ElementType t,
                          const std::vector<int64_t>& dims, int device);
+  // A buffer whose elements are unspecified; nullptr where the plugin makes none.
+  pjrt::BufferPtr Uninitialized(hlo::ElementType t, const std::vector<int64_t>& dims, int device);
   // Rank-0 parameters of any element type, converted as C++ converts (floats
   // to the nearest value of a narrower float type); equal values share one
   // cached, never-written buffer.

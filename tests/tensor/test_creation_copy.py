@@ -52,6 +52,43 @@ def test_zeros_ones_full(dtype):
     assert torch.equal(torch.ones_like(x).cpu(), torch.ones(5, dtype=dtype))
 
 
+@pytest.mark.parametrize("make, want", [
+    (lambda n: torch.zeros(n, device="tpu"), lambda n: torch.zeros(n)),
+    (lambda n: torch.full((n,), 2.5, device="tpu"), lambda n: torch.full((n,), 2.5)),
+    (lambda n: torch.empty(n, device="tpu").copy_(torch.arange(n, device="tpu").float()),
+     lambda n: torch.arange(n).float()),
+    (lambda n: torch.empty(n, device="tpu").uniform_(), None)], ids=["zeros", "full", "copy_", "uniform_"])
+def test_fills_of_fresh_storages_compile_no_zeros_per_size(make, want):
+    # A fresh storage that its first op overwrites whole gets a buffer with
+    # unspecified elements: before, one past 64 KiB was zero-filled first, a
+    # zeros module compiled for each size seen twice (1 compile per new
+    # length of a training step's torch.zeros).
+    from torch_tpu import debug
+    for n in (70_001, 90_017, 110_003):
+        make(n)  # first sight of the size
+        debug.reset_stats()
+        got = make(n).cpu()  # second sight
+        assert debug.stats()["compiles"] == 0, (n, debug.stats()["compiles_by_op"])
+        assert got.shape == (n,) and torch.isfinite(got).all()
+        if want is not None:
+            assert torch.equal(got, want(n))
+        else:
+            assert 0 <= got.min() and got.max() < 1
+
+
+def test_fresh_storages_read_before_written_still_read_zeros():
+    # Only whole overwrites skip the zeros: a storage read before it is
+    # written, or written through a window, keeps zeros elsewhere.
+    n = 80_000
+    assert torch.empty(n, device="tpu").abs().sum().item() == 0
+    x = torch.empty(n, device="tpu")
+    x[10:].fill_(1.0)
+    assert x[:10].abs().sum().item() == 0 and x.sum().item() == n - 10
+    y = torch.empty(2, n, device="tpu")
+    y[0].zero_()
+    assert y.abs().sum().item() == 0
+
+
 def test_full_infers_dtype():
     assert torch.full((2,), 2.5, device="tpu").dtype == torch.float32
     assert torch.full((2,), 3, device="tpu").dtype == torch.int64
