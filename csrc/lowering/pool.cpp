@@ -314,6 +314,21 @@ Rule PadRule(bool reflect, bool backward) {
   };
 }
 
+// Bounded dynamic shapes: the dims a reflection or replication pad pads
+// (the last padding.size() / 2 of self, and of grad_output in the backward)
+// stay static: it reads their border elements, which the padding would
+// move. The dims before them (batch, channels) run dynamic.
+StaticDimsRule PaddedDimsStatic(bool backward) {
+  return [backward](const std::vector<Arg>& a, StaticDims& s) {
+    const size_t pad_arg = backward ? 2 : 1;
+    s.Because("the dims a reflection or replication pad pads");
+    if (pad_arg >= a.size()) return s.All(0);
+    const size_t n = a[pad_arg].ints.size() / 2;
+    s.Last(0, n);
+    if (backward) s.Last(1, n);
+  };
+}
+
 // ---------------------------------------------------------------- adaptive avg pool
 
 Map AdaptiveMap(int64_t in, int64_t out) {
@@ -941,10 +956,10 @@ const bool registered = [] {
 
   for (const char* d : {"1d", "2d", "3d"}) {
     std::string s(d);
-    Register("reflection_pad" + s, PadRule(true, false));
-    Register("reflection_pad" + s + "_backward", PadRule(true, true));
-    Register("replication_pad" + s, PadRule(false, false));
-    Register("replication_pad" + s + "_backward", PadRule(false, true));
+    Register("reflection_pad" + s, PadRule(true, false)).Dynamic(PaddedDimsStatic(false));
+    Register("reflection_pad" + s + "_backward", PadRule(true, true)).Dynamic(PaddedDimsStatic(true));
+    Register("replication_pad" + s, PadRule(false, false)).Dynamic(PaddedDimsStatic(false));
+    Register("replication_pad" + s + "_backward", PadRule(false, true)).Dynamic(PaddedDimsStatic(true));
   }
   for (int64_t n = 1; n <= 3; ++n) {
     std::string s = std::to_string(n) + "d";

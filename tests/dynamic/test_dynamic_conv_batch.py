@@ -272,3 +272,30 @@ def test_a_vit_patch_embedding_at_new_batch_sizes_compiles_nothing():
     batches = [(torch.randn(b, 3, 16, 16, generator=g), torch.randint(0, 5, (b,), generator=g))
                for b in (8, 6, 7, 5, 3)]
     _train_equal_to_cpu(cpu, dev, batches, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode, dims", [("reflect", 1), ("reflect", 2), ("replicate", 2), ("replicate", 3)])
+def test_reflection_and_replication_pads_at_new_batch_sizes_compile_nothing(mode, dims):
+    # They ran exact shapes at every batch size; now dynamic in the dims before
+    # the ones they pad (batch, channels), those static: they read the border.
+    pad = (1, 2) * dims
+    scale = torch.rand(3, *(1,) * dims) + 0.5
+    compiles = []
+    for b in (3, 5, 8, 6, 7):  # 6 and 7 in the warm 8-bucket (the pad and its backward compiled)
+        x = torch.randn((b, 3) + (6,) * dims)
+        w = torch.randn(F.pad(x, pad, mode=mode).shape)
+        s_tpu = scale.to("tpu").requires_grad_()
+        debug.reset_stats()
+        y = F.pad(x.to("tpu") * s_tpu, pad, mode=mode)
+        (y * w.to("tpu")).sum().backward()  # the pad's backward reaches the scale
+        compiles.append(sum(n for op, n in debug.stats()["compiles_by_op"].items() if "_pad" in op))
+        s_cpu = scale.clone().requires_grad_()
+        want = F.pad(x * s_cpu, pad, mode=mode)
+        (want * w).sum().backward()
+        torch.testing.assert_close(y.detach().cpu(), want.detach())
+        torch.testing.assert_close(s_tpu.grad.cpu(), s_cpu.grad, atol=1e-4, rtol=1e-5)
+    assert compiles[3:] == [0, 0], compiles
+    # a new width compiles its own executable (the padded dims are static, in its key)
+    debug.reset_stats()
+    F.pad(torch.randn((6, 3) + (7,) * dims, device="tpu") * 1.0, pad, mode=mode).cpu()
+    assert sum(n for op, n in debug.stats()["compiles_by_op"].items() if "_pad" in op) == 1
