@@ -38,7 +38,7 @@ const at::Tensor* HostFactoryOut(const OpDesc& desc, const std::vector<c10::IVal
 
 // How many elements the result of a call could hold, read from its args
 // before any kernel runs: a range's length (arange: start, end, step) or the
-// product of an eye's sizes. nullopt for args that say no size (a bad range:
+// product of an eye's sizes (n x n, or n x m). nullopt for args that say no size (a bad range:
 // the kernel's checks raise).
 std::optional<double> ResultElements(const std::vector<c10::IValue>& args) {
   if (args.size() >= 3 && args[0].isScalar() && args[1].isScalar() && args[2].isScalar()) {
@@ -47,12 +47,13 @@ std::optional<double> ResultElements(const std::vector<c10::IValue>& args) {
     if (step == 0 || !std::isfinite(start) || !std::isfinite(end)) return std::nullopt;
     return std::ceil((end - start) / step);
   }
-  double product = 1;  // eye(n) / eye(n, m): its int args, then out
+  std::vector<double> sizes;  // eye(n) / eye(n, m): its int args, then out
   for (const c10::IValue& a : args) {
     if (!a.isInt()) break;
-    product *= static_cast<double>(std::max<int64_t>(a.toInt(), 0));
+    sizes.push_back(static_cast<double>(std::max<int64_t>(a.toInt(), 0)));
   }
-  return product;
+  if (sizes.empty() || sizes.size() > 2) return std::nullopt;
+  return sizes[0] * sizes.back();  // n x n, or n x m
 }
 
 // Whether the result could fit in kMaxHostBytes of `out`'s dtype: a large
