@@ -49,7 +49,18 @@ TEST(DynamicShapes, ElementwiseAndProductsAreDynamicWithNoStaticDims) {
   EXPECT_EQ(Find("mm")->dynamic.rows_args, std::vector<size_t>{0});
   EXPECT_EQ(Find("addmm")->dynamic.rows_args, std::vector<size_t>{1});
   EXPECT_TRUE(Find("pow.Tensor_Scalar")->dynamic.integers_exact);
-  EXPECT_FALSE(Find("reflection_pad2d")->dynamic.enabled);
+  EXPECT_FALSE(Find("linspace.out")->dynamic.enabled);
+}
+
+TEST(DynamicShapes, ReflectionAndReplicationPadsKeepThePaddedDimsStatic) {
+  using Dims = std::set<std::pair<size_t, size_t>>;
+  const Arg pad = Literal(Arg::Kind::IntList, 0, {1, 2, 1, 2});
+  EXPECT_EQ(StaticOf("reflection_pad2d", {TensorOf({2, 3, 6, 6}), pad}).first, (Dims{{0, 2}, {0, 3}}));
+  EXPECT_EQ(StaticOf("replication_pad1d", {TensorOf({2, 3, 6}), Literal(Arg::Kind::IntList, 0, {1, 2})}).first,
+            (Dims{{0, 2}}));
+  // backward(grad_output, self, padding): both tensors' padded dims
+  EXPECT_EQ(StaticOf("reflection_pad2d_backward", {TensorOf({2, 3, 9, 9}), TensorOf({2, 3, 6, 6}), pad}).first,
+            (Dims{{0, 2}, {0, 3}, {1, 2}, {1, 3}}));
 }
 
 // The (arg, dim)s rule `name` states its results are independent along.
